@@ -1,0 +1,34 @@
+# Every target creates .venv with the machine's python3 and installs kimi-ops into it first;
+# nothing else is assumed on the machine (no uv, no poetry).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.kimi-ops-installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m bot.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check bot tests bench migrations
+	$(BIN)/ruff format --check bot tests bench migrations
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	@set -e; for script in bench/*.py; do \
+		echo "# $$script" >&2; \
+		$(BIN)/python $$script; \
+	done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,178 @@
+"""Every error kimi-ops raises on purpose.
+
+Foreign errors (psutil, NVML, httpx, SQLAlchemy, subprocess) are translated at the seam where they
+occur, with ``raise ... from exc``, so callers catch one tree::
+
+    KimiOpsError
+    ├── ConfigError ............. a settings file, a setting or an environment variable is wrong
+    ├── InputError (ValueError) . a value a person or a client sent is not acceptable
+    │   ├── PlanInputError ...... a ratio, size, version or pool figure the planner cannot use
+    │   └── LogInputError ....... a log file that cannot be read as SGLang output
+    ├── ProbeError .............. host facts could not be read
+    │   ├── RamProbeError ....... psutil / cgroup
+    │   └── GpuProbeError ....... NVML (no library, no driver, a failing call)
+    ├── ServerControlError ...... the agent could not act on the SGLang server
+    │   ├── CommandLineError .... the server command line cannot be rewritten or fails validation
+    │   ├── BackendError ........ systemd / process backend failed (start, stop, status, log)
+    │   └── GpusBusyError ....... GPUs still hold compute processes after the stop
+    ├── OperationError .......... an operation request cannot be carried out
+    │   ├── OperationConflict ... another operation holds the server (who, since when)
+    │   ├── StaleProposal ....... the facts changed since the proposal was made
+    │   ├── PlanRefused ......... the planner's verdict is "refused" (carries the Plan)
+    │   └── NotFound ............ no such operation or revision
+    ├── AgentError .............. the bot could not get an answer it can use from an agent
+    │   ├── AgentUnreachable .... connection refused, timeout, DNS
+    │   ├── AgentAuthError ...... 401 from the agent
+    │   └── AgentRejected ....... 4xx with a reason from the agent
+    ├── StoreError .............. the database refused or failed a read or a write
+    │   └── MigrationError ...... the schema cannot be brought to the expected revision
+    └── SimError ................ the simulator was given a profile or a setting it cannot use
+
+Messages name the value at fault and, where there is one, the fix:
+"hicache size '44.5' is not a whole number of GB; SGLang takes integers (try 44 or 45)."
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentAuthError",
+    "AgentError",
+    "AgentRejected",
+    "AgentUnreachable",
+    "BackendError",
+    "CommandLineError",
+    "ConfigError",
+    "GpuProbeError",
+    "GpusBusyError",
+    "InputError",
+    "KimiOpsError",
+    "LogInputError",
+    "MigrationError",
+    "NotFound",
+    "OperationConflict",
+    "OperationError",
+    "PlanInputError",
+    "PlanRefused",
+    "ProbeError",
+    "RamProbeError",
+    "ServerControlError",
+    "SimError",
+    "StaleProposal",
+    "StoreError",
+]
+
+
+class KimiOpsError(Exception):
+    """Root of every error kimi-ops raises on purpose."""
+
+
+class ConfigError(KimiOpsError):
+    """A settings file, a setting or an environment variable is wrong or missing."""
+
+
+class InputError(KimiOpsError, ValueError):
+    """A value sent by a person or a client is not acceptable; nothing was changed."""
+
+
+class PlanInputError(InputError):
+    """The planner was given a ratio, size, version or pool figure it cannot use."""
+
+
+class LogInputError(InputError):
+    """A file given as an SGLang log cannot be read."""
+
+
+class ProbeError(KimiOpsError):
+    """Host facts could not be read."""
+
+
+class RamProbeError(ProbeError):
+    """psutil or the cgroup files could not tell the host's memory."""
+
+
+class GpuProbeError(ProbeError):
+    """NVML could not tell the GPUs' state (no library, no driver, or a failing call)."""
+
+
+class ServerControlError(KimiOpsError):
+    """The agent could not act on the SGLang server."""
+
+
+class CommandLineError(ServerControlError):
+    """The server's command line cannot be rewritten, or the rewritten line fails validation."""
+
+
+class BackendError(ServerControlError):
+    """The server-control backend (systemd or process) failed to start, stop or report."""
+
+
+class GpusBusyError(ServerControlError):
+    """Compute processes still hold the server's GPUs after it was stopped."""
+
+    def __init__(self, message: str, processes: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.processes: list[dict[str, Any]] = processes or []
+
+
+class OperationError(KimiOpsError):
+    """An operation request cannot be carried out."""
+
+
+class OperationConflict(OperationError):
+    """Another operation holds the server."""
+
+    def __init__(self, message: str, holder: str = "", since: str = "") -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.since = since
+
+
+class StaleProposal(OperationError):
+    """The facts a proposal was planned on have changed since."""
+
+
+class PlanRefused(OperationError):
+    """The planner refused the change; ``plan`` holds its figures and reason."""
+
+    def __init__(self, message: str, plan: object | None = None) -> None:
+        super().__init__(message)
+        self.plan = plan
+
+
+class NotFound(OperationError):
+    """No operation or revision with that id."""
+
+
+class AgentError(KimiOpsError):
+    """The bot could not get a usable answer from an agent."""
+
+
+class AgentUnreachable(AgentError):
+    """The agent did not answer (connection refused, timeout, name resolution)."""
+
+
+class AgentAuthError(AgentError):
+    """The agent answered 401: the bot's token for it is wrong."""
+
+
+class AgentRejected(AgentError):
+    """The agent answered with a 4xx and a reason."""
+
+    def __init__(self, message: str, status_code: int = 400, body: object | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
+
+class StoreError(KimiOpsError):
+    """The database refused or failed a read or a write."""
+
+
+class MigrationError(StoreError):
+    """The schema cannot be brought to the expected revision."""
+
+
+class SimError(KimiOpsError):
+    """The simulator was given a profile or a setting it cannot use."""
