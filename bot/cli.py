@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plan, apply, watch and audit SGLang HiCache resizes.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
     return parser
 
@@ -49,9 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     name = args_list[0]
     module = importlib.import_module(COMMANDS[name][0])
-    sub_parser = argparse.ArgumentParser(
-        prog=f"kimi-ops {name}", description=COMMANDS[name][1]
-    )
+    sub_parser = argparse.ArgumentParser(prog=f"kimi-ops {name}", description=COMMANDS[name][1])
     module.configure(sub_parser)
     args = sub_parser.parse_args(args_list[1:])
     try:

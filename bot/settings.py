@@ -110,35 +110,39 @@ class Section:
                 raise ConfigError(f"[{self.name}] {key} is required ({expected})")
             return default
         value = self._raw[key]
-        if isinstance(value, bool) and bool not in kinds:
-            raise ConfigError(f"[{self.name}] {key} must be {expected}, not {value!r}")
-        if not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise ConfigError(f"[{self.name}] {key} must be {expected}, not {value!r}")
         return value
 
-    def str(self, key: str, default: Any = None) -> Any:
-        return self._get(key, _REQUIRED if default is None else default, (str,), "a string")
-
-    def optional_str(self, key: str) -> str | None:
-        value: str | None = self._get(key, None, (str,), "a string") if key in self._raw else None
+    def text(self, key: str, default: str | None = None) -> str:
+        value: str = self._get(key, _REQUIRED if default is None else default, (str,), "a string")
         return value
 
-    def int(self, key: str, default: Any = None, minimum: int | None = None) -> Any:
-        value = self._get(key, _REQUIRED if default is None else default, (int,), "an integer")
+    def optional_text(self, key: str) -> str | None:
+        value: str | None = self._get(key, None, (str,), "a string")
+        return value
+
+    def integer(self, key: str, default: int | None = None, minimum: int | None = None) -> int:
+        value: int = self._get(key, _REQUIRED if default is None else default, (int,), "an integer")
         if minimum is not None and value < minimum:
             raise ConfigError(f"[{self.name}] {key} must be at least {minimum}, not {value}")
         return value
 
-    def float(self, key: str, default: Any = None, minimum: float | None = None) -> Any:
-        value = self._get(key, _REQUIRED if default is None else default, (int, float), "a number")
+    def number(self, key: str, default: float | None = None, minimum: float | None = None) -> float:
+        value = float(
+            self._get(key, _REQUIRED if default is None else default, (int, float), "a number")
+        )
         if minimum is not None and value < minimum:
-            raise ConfigError(f"[{self.name}] {key} must be at least {minimum}, not {value}")
-        return float(value)
+            raise ConfigError(f"[{self.name}] {key} must be at least {minimum}, not {value:g}")
+        return value
 
-    def bool(self, key: str, default: Any = None) -> Any:
-        return self._get(key, _REQUIRED if default is None else default, (bool,), "true or false")
+    def flag(self, key: str, default: bool | None = None) -> bool:
+        value: bool = self._get(
+            key, _REQUIRED if default is None else default, (bool,), "true or false"
+        )
+        return value
 
-    def str_list(self, key: str, default: Any = None) -> Any:
+    def text_list(self, key: str, default: list[str] | None = None) -> list[str]:
         value = self._get(
             key, _REQUIRED if default is None else default, (list,), "a list of strings"
         )
@@ -146,9 +150,9 @@ class Section:
             raise ConfigError(f"[{self.name}] {key} must be a list of strings")
         return list(value)
 
-    def choice(self, key: str, choices: Iterable[str], default: Any = None) -> Any:
+    def choice(self, key: str, choices: Iterable[str], default: str | None = None) -> str:
         options = list(choices)
-        value = self.str(key, default)
+        value = self.text(key, default)
         if value not in options:
             raise ConfigError(
                 f"[{self.name}] {key} is {value!r}; expected one of: {', '.join(options)}"
