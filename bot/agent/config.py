@@ -1,0 +1,175 @@
+"""The agent's settings: the ``[agent]`` section of the config file plus its token.
+
+Every key is documented in ``deploy/kimi-ops.example.toml``. A wrong key or type fails at start
+with the section, the key and what was expected (``bot.settings.Section``)::
+
+    [agent]
+    backend = "process"
+    command = ["python", "-m", "sglang.launch_server", "--model-path", "/models/k2", "--tp", "8"]
+    state_dir = "/var/lib/kimi-ops/agent"
+
+gives ``AgentSettings(backend="process", command=("python", ...), listen_port=7300, ...)``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from bot.errors import ConfigError
+from bot.settings import Secret, Section, load_config, secret_from_env
+
+__all__ = [
+    "DEFAULT_SIM_PROFILE",
+    "AgentSettings",
+    "agent_settings_from_config",
+    "load_agent_settings",
+]
+
+DEFAULT_SIM_PROFILE = "kimi-k25-8gpu"
+
+_KNOWN_KEYS = (
+    "listen",
+    "token_env",
+    "backend",
+    "command",
+    "server_url",
+    "state_dir",
+    "log_file",
+    "unit",
+    "unit_dir",
+    "systemctl",
+    "journalctl",
+    "headroom_gb",
+    "probe",
+    "sim_profile",
+    "sim_state_dir",
+    "stop_grace_s",
+    "gpu_free_timeout_s",
+    "stall_after_s",
+    "hard_ceiling_s",
+    "poll_interval_s",
+    "host_name",
+    "env",
+)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything the agent is configured with. Paths are as given (relative = to the cwd)."""
+
+    token: Secret = field(repr=False)
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 7300
+    token_env: str = "KIMI_AGENT_TOKEN"
+    backend: str = "process"
+    command: tuple[str, ...] = ()
+    server_url: str = "http://127.0.0.1:30000"
+    state_dir: Path = Path("/var/lib/kimi-ops/agent")
+    log_file: Path = Path("/var/lib/kimi-ops/agent/server.log")
+    unit: str = "sglang-kimi.service"
+    unit_dir: Path = Path("/etc/systemd/system")
+    systemctl: str = "systemctl"
+    journalctl: str = "journalctl"
+    headroom_gb: float = 40.0
+    probe: str = "host"
+    sim_profile: str = DEFAULT_SIM_PROFILE
+    sim_state_dir: Path | None = None
+    stop_grace_s: float = 60.0
+    gpu_free_timeout_s: float = 120.0
+    stall_after_s: float = 300.0
+    hard_ceiling_s: float = 3600.0
+    poll_interval_s: float = 1.0
+    host_name: str = "localhost"
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def listen(self) -> str:
+        """``host:port`` as written in the config (port 0 = the OS picks a free one)."""
+        return f"{self.listen_host}:{self.listen_port}"
+
+
+def load_agent_settings(path: Path, environ: Mapping[str, str]) -> AgentSettings:
+    """Read ``[agent]`` from the TOML file at ``path`` and the token from ``environ``."""
+    return agent_settings_from_config(load_config(path), environ)
+
+
+def agent_settings_from_config(
+    config: Mapping[str, Any], environ: Mapping[str, str]
+) -> AgentSettings:
+    """Build the settings from an already parsed config mapping (the whole file)."""
+    section = Section(config, "agent", _KNOWN_KEYS)
+    listen_host, listen_port = _parse_listen(section.text("listen", "127.0.0.1:7300"))
+    token_env = section.text("token_env", "KIMI_AGENT_TOKEN")
+    token = secret_from_env(environ, token_env, "the token the bot sends to this agent")
+    backend = section.choice("backend", ("process", "systemd"), "process")
+    command = tuple(section.text_list("command", []))
+    if backend == "process" and not command:
+        raise ConfigError(
+            '[agent] command is required with backend = "process": the server\'s launch argv, '
+            'e.g. ["python", "-m", "sglang.launch_server", "--model-path", "/models/m"]'
+        )
+    env = _parse_env(config.get("agent", {}).get("env", {}))
+    state_dir = Path(section.text("state_dir", "/var/lib/kimi-ops/agent"))
+    log_file = Path(section.text("log_file", str(state_dir / "server.log")))
+    sim_state = section.optional_text("sim_state_dir") or env.get("KIMI_SIM_STATE_DIR")
+    return AgentSettings(
+        token=token,
+        listen_host=listen_host,
+        listen_port=listen_port,
+        token_env=token_env,
+        backend=backend,
+        command=command,
+        server_url=section.text("server_url", "http://127.0.0.1:30000").rstrip("/"),
+        state_dir=state_dir,
+        log_file=log_file,
+        unit=section.text("unit", "sglang-kimi.service"),
+        unit_dir=Path(section.text("unit_dir", "/etc/systemd/system")),
+        systemctl=section.text("systemctl", "systemctl"),
+        journalctl=section.text("journalctl", "journalctl"),
+        headroom_gb=section.number("headroom_gb", 40.0, minimum=0.0),
+        probe=section.choice("probe", ("host", "sim"), "host"),
+        sim_profile=section.text("sim_profile", env.get("KIMI_SIM_PROFILE", DEFAULT_SIM_PROFILE)),
+        sim_state_dir=Path(sim_state) if sim_state else None,
+        stop_grace_s=_positive(section, "stop_grace_s", 60.0),
+        gpu_free_timeout_s=_positive(section, "gpu_free_timeout_s", 120.0),
+        stall_after_s=_positive(section, "stall_after_s", 300.0),
+        hard_ceiling_s=_positive(section, "hard_ceiling_s", 3600.0),
+        poll_interval_s=_positive(section, "poll_interval_s", 1.0),
+        host_name=section.text("host_name", socket.gethostname()),
+        env=MappingProxyType(env),
+    )
+
+
+def _positive(section: Section, key: str, default: float) -> float:
+    value = section.number(key, default)
+    if value <= 0:
+        raise ConfigError(f"[agent] {key} must be a positive number of seconds, not {value:g}")
+    return value
+
+
+def _parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(
+            f"[agent] listen is {value!r}; expected HOST:PORT such as '127.0.0.1:7300' "
+            "(port 0 picks a free one)"
+        )
+    return host.strip("[]"), int(port_text)
+
+
+def _parse_env(raw: object) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f'[agent] env must be a table of NAME = "value", not {raw!r}')
+    env: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            raise ConfigError(
+                f'[agent] env.{name} must be a string (quote numbers: "{value}"), not {value!r}'
+            )
+        env[str(name)] = value
+    return env
