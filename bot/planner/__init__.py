@@ -1,0 +1,49 @@
+"""The planner: SGLang's HiCache sizing rules and the admission check, with no I/O.
+
+>>> from bot.planner import ChangeRequest, DevicePool, HostMemory, ServerFacts, make_plan, GB
+>>> plan = make_plan(
+...     ChangeRequest(size_gb=300),
+...     ServerFacts(ranks=8, device_pool=DevicePool(tokens=159274, bytes_per_token=70272)),
+...     HostMemory(available_bytes=445 * GB),
+... )
+>>> plan.verdict.value
+'refused'
+"""
+
+from __future__ import annotations
+
+from bot.planner._eta import DEFAULT_PIN_SECONDS_PER_GB, StartSample, estimate_startup_seconds
+from bot.planner._plan import (
+    DEFAULT_HEADROOM_GB,
+    ChangeRequest,
+    HostMemory,
+    Plan,
+    ServerFacts,
+    Verdict,
+    make_plan,
+)
+from bot.planner._sizing import DevicePool, HostPoolSize, host_pool_for_ratio, host_pool_for_size
+from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
+from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
+
+__all__ = [
+    "DEFAULT_HEADROOM_GB",
+    "DEFAULT_PIN_SECONDS_PER_GB",
+    "DEFAULT_SGLANG_VERSION",
+    "GB",
+    "SGLANG_HOST_RESERVE_BYTES",
+    "ChangeRequest",
+    "DevicePool",
+    "GiB",
+    "HostMemory",
+    "HostPoolSize",
+    "Plan",
+    "SGLangVersion",
+    "ServerFacts",
+    "StartSample",
+    "Verdict",
+    "estimate_startup_seconds",
+    "host_pool_for_ratio",
+    "host_pool_for_size",
+    "make_plan",
+]

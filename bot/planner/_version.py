@@ -1,0 +1,67 @@
+"""SGLang versions and what changes between them for HiCache sizing (SGLANG_FACTS.md section 1)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+
+from bot.errors import PlanInputError
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[.\-+]?(?:post|rc|dev|a|b)?\d*)*$")
+
+
+@total_ordering
+@dataclass(frozen=True)
+class SGLangVersion:
+    """A release as ``major.minor.patch``; ``0.5.8.post1`` compares as 0.5.8."""
+
+    major: int
+    minor: int
+    patch: int
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> SGLangVersion:
+        """``"0.5.8.post1"`` -> SGLangVersion(0, 5, 8); anything else raises PlanInputError."""
+        match = _VERSION.match(text.strip())
+        if not match:
+            raise PlanInputError(
+                f"SGLang version {text!r} is not a release number like 0.5.9 or 0.5.8.post1"
+            )
+        major, minor, patch = (int(part) for part in match.groups())
+        return cls(major, minor, patch, text.strip())
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, SGLangVersion):
+            return NotImplemented
+        return self.key < other.key
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SGLangVersion):
+            return NotImplemented
+        return self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return self.text or f"{self.major}.{self.minor}.{self.patch}"
+
+    @property
+    def asserts_host_larger(self) -> bool:
+        """<= 0.5.12 asserts the host pool is larger than the device pool; later only warns."""
+        return self.key <= (0, 5, 12)
+
+    @property
+    def splits_budget_across_ranks(self) -> bool:
+        """>= 0.5.20 divides ``available - 10 GiB`` by the local ranks; earlier each rank checks
+        the whole of it alone, so eight ranks can pass together what the host cannot hold."""
+        return self.key >= (0, 5, 20)
+
+
+DEFAULT_SGLANG_VERSION = SGLangVersion(0, 5, 9, "0.5.9")

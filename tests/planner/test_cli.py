@@ -1,0 +1,95 @@
+"""``kimi-ops plan``: text, JSON and exit codes, as an operator runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bot.cli import main
+
+
+def run_plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["plan", *argv])
+    except SystemExit as exc:  # argparse errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fits_exits_0_with_the_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
+    """size 48 on 445 GB available fits: exit 0 and the sentence shows the budget."""
+    code, out, _ = run_plan(capsys, "--size", "48", "--ranks", "8", "--available-gb", "445")
+    assert code == 0
+    assert "FITS: size 48 GB/rank needs 8 ranks x 48.00 GB = 384.0 GB" in out
+
+
+def test_refused_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """size 300 on 445 GB available is refused: exit 3 and the shortfall."""
+    code, out, _ = run_plan(capsys, "--size", "300", "--ranks", "8", "--available-gb", "445")
+    assert code == 3
+    assert "REFUSED" in out
+    assert "2005.7 GB short" in out
+
+
+def test_json_has_the_promised_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints one object with verdict, reason and the per-rank and total figures."""
+    code, out, _ = run_plan(
+        capsys,
+        "--ratio", "4", "--ranks", "8", "--available-gb", "396", "--held-gb", "200",
+        "--device-tokens", "159274", "--kv-gib", "10.42", "--json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(out)
+    assert data["verdict"] == "fits"
+    assert data["per_rank_gb"] == pytest.approx(44.75, rel=1e-3)
+    assert data["total_gb"] == pytest.approx(358.0, rel=1e-3)
+    assert data["free_after_stop_gb"] == pytest.approx(596.0)
+    for key in ("reason", "per_rank_tokens", "headroom_left_gb"):
+        assert key in data
+
+
+def test_non_integer_size_is_refused_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    """--size 44.5 is what SGLang's parser rejects: refused (exit 3) with 'try 44 or 45'."""
+    code, out, _ = run_plan(capsys, "--size", "44.5", "--ranks", "8", "--available-gb", "445")
+    assert code == 3
+    assert "try 44 or 45" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--ratio", "abc", "--ranks", "8", "--available-gb", "445"], "'abc' is not a number"),
+        (["--size", "48", "--ranks", "0", "--available-gb", "445"], "'0' must be at least 1"),
+        (["--size", "48", "--ranks", "8", "--available-gb", "-1"], "must be a number of GB"),
+        (["--size", "48", "--ranks", "8"], "--available-gb"),
+        (["--ranks", "8", "--available-gb", "445"], "one of the arguments --ratio --size"),
+        (["--ratio", "2", "--size", "48", "--ranks", "8", "--available-gb", "1"], "not allowed"),
+        (
+            ["--size", "48", "--ranks", "8", "--available-gb", "445", "--sglang-version", "x"],
+            "not a release number",
+        ),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Malformed arguments exit 2 and say which argument is wrong."""
+    code, out, err = run_plan(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert out == ""
+
+
+def test_console_script_runs_as_a_real_process() -> None:
+    """`python -m bot plan` works as an operator's shell would run it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "plan", "--size", "300", "--ranks", "8",
+         "--available-gb", "445", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["verdict"] == "refused"
