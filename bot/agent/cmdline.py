@@ -1,0 +1,430 @@
+"""Read, rewrite and validate an SGLang server's command line (pure: argv in, values out).
+
+The command is an argv list, never a shell string. Options are read the way SGLang's argparse
+parser reads them: ``--flag value``, ``--flag=value``, aliases (``--enable-hicache``,
+``--tensor-parallel-size``) and unambiguous prefixes (``--tp 8`` is ``--tp-size 8``)::
+
+    read_hicache(["python", "-m", "sglang.launch_server", "--enable-hierarchical-cache",
+                  "--hicache-ratio", "2", "--hicache-size=48"])
+    -> HiCacheSetting(enabled=True, ratio=2.0, size_gb=48, write_policy=None, io_backend=None)
+       whose effective_phrase() is "size 48 GB/rank (ratio ignored)"
+
+A rewrite changes only the enable flag, ``--hicache-ratio`` and ``--hicache-size``; every other
+argument keeps its place, and flags the command lacked are appended at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NoReturn
+
+from bot.errors import CommandLineError
+
+__all__ = [
+    "DEFAULT_HICACHE_RATIO",
+    "AddCliArgs",
+    "HiCacheSetting",
+    "Topology",
+    "read_hicache",
+    "read_topology",
+    "rewrite_hicache",
+    "server_args_start",
+    "sglang_add_cli_args",
+    "validate_command",
+]
+
+DEFAULT_HICACHE_RATIO = 2.0
+ENABLE = "--enable-hierarchical-cache"
+RATIO = "--hicache-ratio"
+SIZE = "--hicache-size"
+
+# option string -> (canonical option, shortest prefix SGLang accepts for it). The prefix lengths
+# were computed from the full option lists of SGLang 0.5.9 and 0.5.23 (argparse accepts a prefix
+# only when no other option starts with it): "--tp" is unique, "--pp" is not (--pp-size,
+# --pp-max-micro-batch-size, ...). An option that is itself a prefix of others (--model) is only
+# recognised when written in full.
+_OPTIONS: dict[str, tuple[str, int]] = {
+    "--enable-hierarchical-cache": (ENABLE, 12),
+    "--enable-hicache": (ENABLE, 12),
+    "--hicache-ratio": (RATIO, 11),
+    "--hicache-size": (SIZE, 12),
+    "--hicache-write-policy": ("--hicache-write-policy", 11),
+    "--hicache-io-backend": ("--hicache-io-backend", 11),
+    "--tp-size": ("--tp-size", 4),
+    "--tensor-parallel-size": ("--tp-size", 4),
+    "--dp-size": ("--dp-size", 4),
+    "--data-parallel-size": ("--dp-size", 4),
+    "--pp-size": ("--pp-size", 6),
+    "--pipeline-parallel-size": ("--pp-size", 5),
+    "--port": ("--port", 4),
+    "--host": ("--host", 4),
+    "--page-size": ("--page-size", 7),
+    "--mem-fraction-static": ("--mem-fraction-static", 5),
+    "--disable-radix-cache": ("--disable-radix-cache", 11),
+    "--model-path": ("--model-path", 9),
+    "--model": ("--model-path", 7),
+    "--nnodes": ("--nnodes", 4),
+    "--enable-dp-attention": ("--enable-dp-attention", 21),
+}
+# Options of ours that take no value (argparse store_true).
+_FLAGS = frozenset({ENABLE, "--disable-radix-cache", "--enable-dp-attention"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh"})
+_SHELL_TOKENS = frozenset({";", "&&", "||", "|", "&", ">", ">>", "<", "$(", "`"})
+# How a launch command names the server: the argv index after these is where SGLang's own
+# arguments start.
+_SERVER_MODULES = frozenset({"sglang.launch_server", "bot.sim"})
+
+AddCliArgs = Callable[[argparse.ArgumentParser], None]
+
+
+@dataclass(frozen=True)
+class HiCacheSetting:
+    """The HiCache flags of a command line, as written (None = flag absent).
+
+    ``size_gb`` 0 (SGLang's default, "not set") is read as None.
+    """
+
+    enabled: bool
+    ratio: float | None = None
+    size_gb: int | None = None
+    write_policy: str | None = None
+    io_backend: str | None = None
+
+    def effective(self) -> HiCacheSetting:
+        """What SGLang sizes the host pool by: off, a size (ratio ignored) or a ratio.
+
+        Write policy and I/O backend are kept as they are; they do not size anything.
+        """
+        if not self.enabled:
+            return HiCacheSetting(enabled=False)
+        if self.size_gb is not None and self.size_gb > 0:
+            return dataclasses.replace(self, ratio=None)
+        ratio = DEFAULT_HICACHE_RATIO if self.ratio is None else self.ratio
+        return dataclasses.replace(self, ratio=ratio, size_gb=None)
+
+    def effective_phrase(self) -> str:
+        """A person's reading: "off", "size 48 GB/rank (ratio ignored)", "ratio 4 x device pool"."""
+        if not self.enabled:
+            return "off"
+        if self.size_gb is not None and self.size_gb > 0:
+            ignored = " (ratio ignored)" if self.ratio is not None else ""
+            return f"size {self.size_gb} GB/rank{ignored}"
+        if self.ratio is None:
+            return f"ratio {DEFAULT_HICACHE_RATIO:g} x device pool (default)"
+        return f"ratio {self.ratio:g} x device pool"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The parallelism and placement flags of a command line, with SGLang's defaults.
+
+    ``page_size`` and ``mem_fraction_static`` are None when SGLang picks them itself.
+    """
+
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    port: int = 30000
+    host: str = "127.0.0.1"
+    page_size: int | None = None
+    mem_fraction_static: float | None = None
+    disable_radix_cache: bool = False
+    nnodes: int = 1
+    dp_attention: bool = False
+
+
+@dataclass(frozen=True)
+class _Occurrence:
+    """One of our options in argv: where it is, how it was written, and its value."""
+
+    option: str  # canonical
+    index: int  # argv index of the option token
+    inline: bool  # written --opt=value
+    value: str | None  # None for flags (or a value-taking option at the very end)
+
+
+def _resolve(name: str) -> str | None:
+    """Canonical option for ``name`` (full, alias or accepted prefix), or None if not ours."""
+    if name in _OPTIONS:
+        return _OPTIONS[name][0]
+    matches = {
+        canonical
+        for option, (canonical, shortest) in _OPTIONS.items()
+        if option.startswith(name) and len(name) >= shortest
+    }
+    return matches.pop() if len(matches) == 1 else None
+
+
+def _ambiguous(name: str) -> list[str]:
+    """Our options ``name`` abbreviates too briefly for SGLang to tell them from others."""
+    if name in _OPTIONS or _resolve(name) is not None or len(name) < 4:
+        return []
+    return sorted(option for option in _OPTIONS if option.startswith(name))
+
+
+def _scan(argv: Sequence[str]) -> list[_Occurrence]:
+    found: list[_Occurrence] = []
+    index = server_args_start(argv, strict=False)
+    while index < len(argv):
+        token = argv[index]
+        if token.startswith("--"):
+            name, eq, inline_value = token.partition("=")
+            option = _resolve(name)
+            if option is not None:
+                if eq:
+                    found.append(_Occurrence(option, index, True, inline_value))
+                elif option in _FLAGS:
+                    found.append(_Occurrence(option, index, False, None))
+                else:
+                    value = argv[index + 1] if index + 1 < len(argv) else None
+                    found.append(_Occurrence(option, index, False, value))
+                    index += 1
+        index += 1
+    return found
+
+
+def _last(found: list[_Occurrence], option: str) -> _Occurrence | None:
+    hits = [occurrence for occurrence in found if occurrence.option == option]
+    return hits[-1] if hits else None  # argparse: the last occurrence wins
+
+
+def _int_value(occurrence: _Occurrence | None, what: str) -> int | None:
+    if occurrence is None:
+        return None
+    text = _value_of(occurrence)
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    hint = ""
+    try:
+        number = float(text)
+        if math.isfinite(number):
+            hint = f" (try {math.floor(number)} or {math.ceil(number)})"
+    except ValueError:
+        pass
+    raise CommandLineError(
+        f"{occurrence.option} '{text}' is not a whole number; SGLang takes integers for {what}"
+        f"{hint}"
+    )
+
+
+def _float_value(occurrence: _Occurrence | None) -> float | None:
+    if occurrence is None:
+        return None
+    text = _value_of(occurrence)
+    try:
+        return float(text)
+    except ValueError:
+        raise CommandLineError(f"{occurrence.option} '{text}' is not a number") from None
+
+
+def _value_of(occurrence: _Occurrence) -> str:
+    if occurrence.value is None:
+        raise CommandLineError(f"{occurrence.option} at the end of the command has no value")
+    return occurrence.value
+
+
+def read_hicache(argv: Sequence[str]) -> HiCacheSetting:
+    """The HiCache flags of ``argv`` (raises CommandLineError on a value SGLang cannot parse)."""
+    found = _scan(argv)
+    size = _int_value(_last(found, SIZE), "the host pool size in GB per rank")
+    write_policy = _last(found, "--hicache-write-policy")
+    io_backend = _last(found, "--hicache-io-backend")
+    return HiCacheSetting(
+        enabled=_last(found, ENABLE) is not None,
+        ratio=_float_value(_last(found, RATIO)),
+        size_gb=size if size else None,
+        write_policy=_value_of(write_policy) if write_policy else None,
+        io_backend=_value_of(io_backend) if io_backend else None,
+    )
+
+
+def read_topology(argv: Sequence[str]) -> Topology:
+    """Parallelism, port, host, page size and pool fraction of ``argv`` (SGLang's defaults)."""
+    found = _scan(argv)
+    host = _last(found, "--host")
+    return Topology(
+        tp=_int_value(_last(found, "--tp-size"), "--tp-size") or 1,
+        dp=_int_value(_last(found, "--dp-size"), "--dp-size") or 1,
+        pp=_int_value(_last(found, "--pp-size"), "--pp-size") or 1,
+        port=_int_value(_last(found, "--port"), "--port") or 30000,
+        host=_value_of(host) if host else "127.0.0.1",
+        page_size=_int_value(_last(found, "--page-size"), "--page-size"),
+        mem_fraction_static=_float_value(_last(found, "--mem-fraction-static")),
+        disable_radix_cache=_last(found, "--disable-radix-cache") is not None,
+        nnodes=_int_value(_last(found, "--nnodes"), "--nnodes") or 1,
+        dp_attention=_last(found, "--enable-dp-attention") is not None,
+    )
+
+
+def _format_ratio(ratio: float) -> str:
+    value = float(ratio)  # an int ratio (4) is fine too; 3.11's int has no is_integer()
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def rewrite_hicache(argv: Sequence[str], setting: HiCacheSetting) -> list[str]:
+    """``argv`` with its HiCache sizing changed to ``setting``; nothing else moves.
+
+    - off: the enable flag (every alias) is removed; ratio and size flags stay (inert).
+    - size N: ``--hicache-size N`` (replaced in place or appended); the ratio flag is kept,
+      since the size wins.
+    - ratio R (or no size and no ratio: SGLang's default 2): ``--hicache-ratio R``, and
+      ``--hicache-size`` is removed, since a size would win over the ratio.
+    Write policy and I/O backend are never touched.
+    """
+    _check_setting(setting)
+    effective = setting.effective()
+    found = _scan(argv)
+    drop: set[int] = set()
+    replace: dict[int, str] = {}
+
+    def remove(option: str) -> None:
+        for occurrence in found:
+            if occurrence.option == option:
+                drop.add(occurrence.index)
+                if not occurrence.inline and occurrence.value is not None:
+                    drop.add(occurrence.index + 1)
+
+    def put(option: str, value: str) -> list[str]:
+        hits = [occurrence for occurrence in found if occurrence.option == option]
+        for occurrence in hits:
+            if occurrence.inline:
+                replace[occurrence.index] = f"{argv[occurrence.index].partition('=')[0]}={value}"
+            elif occurrence.value is not None:
+                replace[occurrence.index + 1] = value
+            else:  # a value-taking option dangling at the end: give it its value
+                replace[occurrence.index] = f"{argv[occurrence.index]}={value}"
+        return [] if hits else [option, value]
+
+    appended: list[str] = []
+    if not effective.enabled:
+        remove(ENABLE)
+    else:
+        if _last(found, ENABLE) is None:
+            appended.append(ENABLE)
+        if effective.size_gb is not None:
+            appended += put(SIZE, str(effective.size_gb))
+        else:
+            assert effective.ratio is not None  # effective() always sets one of the two
+            appended += put(RATIO, _format_ratio(effective.ratio))
+            remove(SIZE)
+    out = [replace.get(i, token) for i, token in enumerate(argv) if i not in drop]
+    return out + appended
+
+
+def _check_setting(setting: HiCacheSetting) -> None:
+    if setting.size_gb is not None and (
+        isinstance(setting.size_gb, bool) or not isinstance(setting.size_gb, int)
+    ):
+        raise CommandLineError(
+            f"hicache size {setting.size_gb!r} is not a whole number of GB; SGLang takes integers"
+        )
+    if setting.size_gb is not None and setting.size_gb < 0:
+        raise CommandLineError(f"hicache size {setting.size_gb} GB is negative; give a size > 0")
+    if setting.ratio is not None and not (math.isfinite(setting.ratio) and setting.ratio > 0):
+        raise CommandLineError(
+            f"hicache ratio {setting.ratio!r} must be a finite number > 0 (for example 2 or 4)"
+        )
+
+
+def server_args_start(argv: Sequence[str], strict: bool = True) -> int:
+    """Index in ``argv`` where the server's own arguments begin.
+
+    Understands ``python -m sglang.launch_server ...``, ``python -m bot.sim ...`` and
+    ``sglang serve ...``. With ``strict=False`` an unrecognised command yields 1 (everything after
+    the executable), so reading still works on unusual launchers.
+    """
+    for index, token in enumerate(argv):
+        if token == "-m" and index + 1 < len(argv) and argv[index + 1] in _SERVER_MODULES:
+            return index + 2
+        if token.startswith("-m") and token[2:] in _SERVER_MODULES:
+            return index + 1
+        if os.path.basename(token) == "sglang" and argv[index + 1 : index + 2] == ["serve"]:
+            return index + 2
+        if os.path.basename(token) in ("launch_server", "launch_server.py"):
+            return index + 1
+    if strict:
+        raise CommandLineError(
+            f"cannot tell where the server's arguments start in {list(argv)!r}; expected "
+            "'python -m sglang.launch_server ...', 'sglang serve ...' or 'python -m bot.sim ...'"
+        )
+    return 1 if argv else 0
+
+
+def sglang_add_cli_args() -> AddCliArgs | None:
+    """SGLang's ``ServerArgs.add_cli_args``, or None when SGLang is not installed here."""
+    try:
+        from sglang.srt.server_args import (  # type: ignore[import-not-found, unused-ignore]
+            ServerArgs,
+        )
+    except ImportError:
+        return None
+    add: AddCliArgs = ServerArgs.add_cli_args
+    return add
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse exits the process on a bad argument; here a bad argument must be an exception."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineError(f"SGLang's own parser rejects the command: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise CommandLineError(f"SGLang's own parser stopped ({status}): {message or ''}".strip())
+
+
+def validate_command(
+    argv: Sequence[str], add_cli_args: AddCliArgs | Literal["auto"] | None = "auto"
+) -> None:
+    """Raise CommandLineError, with a specific message, if ``argv`` must not be started.
+
+    Our own checks always run. Then SGLang's own parser checks the server's arguments:
+    ``add_cli_args`` builds it (``"auto"``: ``ServerArgs.add_cli_args`` when
+    ``sglang.srt.server_args`` imports, skipped when SGLang is not installed; None: skipped).
+    """
+    if not argv or not all(isinstance(token, str) for token in argv):
+        raise CommandLineError("the server command must be a non-empty list of strings")
+    for token in argv:
+        if "\0" in token or "\n" in token:
+            raise CommandLineError(
+                f"argument {token!r} contains a NUL or a newline; the command is an argv list"
+            )
+        if token in _SHELL_TOKENS:
+            raise CommandLineError(
+                f"argument {token!r} is shell syntax; the server is started without a shell, "
+                "so a second command cannot be chained: remove it"
+            )
+    if os.path.basename(argv[0]) in _SHELLS:
+        raise CommandLineError(
+            f"the command starts with the shell {argv[0]!r}; give the server's own argv "
+            "(python -m sglang.launch_server ...) so no shell ever runs"
+        )
+    start = server_args_start(argv)
+    for token in argv[start:]:
+        name = token.partition("=")[0]
+        if token.startswith("--") and (candidates := _ambiguous(name)):
+            raise CommandLineError(
+                f"option {name!r} is an ambiguous abbreviation (it could be "
+                f"{', '.join(candidates)} or another SGLang option); write it in full"
+            )
+    setting = read_hicache(argv)
+    found = _scan(argv)
+    size = _last(found, SIZE)
+    if size is not None and (value := _int_value(size, "--hicache-size")) is not None and value < 0:
+        raise CommandLineError(f"--hicache-size {value} is negative; give whole GB per rank > 0")
+    _check_setting(dataclasses.replace(setting, size_gb=None))
+    if setting.enabled and read_topology(argv).disable_radix_cache:
+        raise CommandLineError(
+            "HiCache needs the radix cache: remove --disable-radix-cache or turn HiCache off"
+        )
+    add = sglang_add_cli_args() if add_cli_args == "auto" else add_cli_args
+    if add is not None:
+        parser = _RaisingParser(prog="sglang.launch_server", add_help=False)
+        add(parser)
+        parser.parse_args(list(argv[start:]))
