@@ -1,0 +1,72 @@
+"""The SGLang log texts the parser recognises, quoted as SGLang writes them.
+
+Two kinds of patterns live here: the chunk-level filter that skips the lines a serving SGLang
+prints by the million (batch lines and access logs) without allocating anything, and the per-line
+patterns that pull figures out of the few lines that remain.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Longest line the parser looks at; a longer one is clipped (the same way however it is chunked)
+# so that a log with no line breaks cannot grow the parser's buffer without bound.
+MAX_LINE = 65536
+
+# Line breaks: SGLang's own lines end in "\n", tqdm refreshes start with "\r".
+EOL = re.compile(r"[\r\n]")
+
+# The lines of a serving SGLang that say nothing about a start, matched at a line's start:
+#   [2026-02-24 12:00:01 TP0] Prefill batch. #new-seq: 1, #new-token: 512, ...
+#   [2026-02-24 12:00:01 TP0] Decode batch. #running-req: 80, #token: 150000, ...
+#   INFO:     127.0.0.1:45678 - "POST /generate HTTP/1.1" 200 OK
+# (the access line also comes with SGLang's "[date] " in front). Any access line except
+# /model_info, which is the warmup. An empty line (the "\n" of "\r\n") is skipped too.
+_SKIP = (
+    r"[\r\n]|(?:\[[^\]\r\n]*\] )?"
+    r'(?:Decode batch\.|Prefill batch\.|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
+)
+# At a line start (the text's first line).
+SKIP_LINE = re.compile(_SKIP)
+# A line break followed by a line worth reading; the line starts at the match's end. The pattern
+# begins with a character class so the regex engine scans for line breaks at C speed.
+WORTH_READING = re.compile(r"[\r\n](?!" + _SKIP + r")")
+
+# "[2026-02-24 11:18:37 TP3] " / "[2026-02-24 11:18:37 DP1 TP3] " / "[2026-02-24 11:18:37] "
+HEADER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\] ?")
+
+# Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]
+SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
+
+# Capturing batches (bs=512 avail_mem=1.82 GB):  67%|██████▋   | 35/52 [00:09<00:04,  3.78it/s]
+GRAPHS = re.compile(r"Capturing batches[^|]*\|[^|]*\| *(\d+)/(\d+)")
+
+# KV Cache is allocated. #tokens: 231120, KV size: 15.13 GB
+# KV Cache is allocated. #tokens: 231120, K size: 7.50 GB, V size: 7.50 GB
+# KV Cache is allocated. dtype: torch.bfloat16, #tokens: 159274, KV size: 10.42 GB   (0.5.23)
+DEVICE_POOL = re.compile(
+    r"KV Cache is allocated\. (?:dtype: ([^,]+), )?#tokens: (\d+), "
+    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
+)
+
+# Allocating 48.00 GB host memory for hierarchical KV cache.
+HOST_POOL_OLD = re.compile(r"Allocating ([\d.]+) GB host memory for hierarchical KV cache")
+# Allocating kv hierarchical KV host pool: 683061 tokens, 48.00 GB host memory.   (0.5.23)
+HOST_POOL_NEW = re.compile(
+    r"Allocating (\S+) hierarchical KV host pool: (\d+) tokens, ([\d.]+) GB host memory"
+)
+
+# max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
+MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
+
+# Rank 3 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), ...
+DIED = re.compile(r"scheduler died during initialization \(exit code: (-?\d+)\)")
+# 0.5.9, after "Rank 0 scheduler is dead. Please check if there are relevant logs.":
+# Exit code: -9
+EXIT_CODE = re.compile(r"^Exit code: (-?\d+)")
+
+# The last line of a Python traceback: "ValueError: Not enough host memory available. ..."
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
+
+# Exit statuses of a process killed by SIGKILL, which is what the OOM killer sends.
+SIGKILL_CODES = frozenset({"-9", "137"})

@@ -1,0 +1,194 @@
+"""What the startup parser reports: phases, figures and failures of one SGLang start.
+
+Every event is a frozen dataclass with ``at``: the timestamp of the log line it came from, or,
+for lines that carry none (tqdm bars, uvicorn's ``INFO:     ...`` lines), the last timestamp seen
+before it (``None`` when no timestamped line came first). ``rank`` is the line's rank prefix as
+logged (``"TP3"``, ``"DP1 TP3"``, ``"PP0"``), or ``None`` for the main process and for servers
+with a single rank, whose schedulers log no prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+__all__ = [
+    "DevicePool",
+    "Dialect",
+    "DialectDetected",
+    "Event",
+    "FailureKind",
+    "FailureSeen",
+    "GraphProgress",
+    "HostPool",
+    "MaxTotalTokens",
+    "Phase",
+    "PhaseStarted",
+    "RankSeen",
+    "ShardProgress",
+]
+
+
+class Phase(StrEnum):
+    """The phases of a start, in the order SGLang goes through them."""
+
+    INIT = "init"
+    LOAD_WEIGHTS = "load_weights"
+    KV_POOL = "kv_pool"
+    CUDA_GRAPH = "cuda_graph"
+    HOST_POOL = "host_pool"
+    HTTP = "http"
+    WARMUP = "warmup"
+    READY = "ready"
+
+
+PHASE_ORDER: tuple[Phase, ...] = tuple(Phase)
+
+
+class FailureKind(StrEnum):
+    """Why a start failed, from the most specific cause the log names (``crash`` when none)."""
+
+    HOST_MEMORY = "host_memory"
+    GPU_BUSY = "gpu_busy"
+    GPU_MEMORY = "gpu_memory"
+    OOM_KILLED = "oom_killed"
+    CRASH = "crash"
+
+
+class Dialect(StrEnum):
+    """Which era of SGLang's log texts the log is written in."""
+
+    V0_5_9 = "0.5.8-0.5.9"
+    V0_5_23 = "0.5.23"
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseStarted:
+    """The start entered ``phase``: once per phase, in order, from the first rank to get there.
+
+    ``[2026-02-24 11:18:37 TP3] Init torch distributed begin.`` gives
+    ``PhaseStarted(Phase.INIT, at=2026-02-24 11:18:37, rank="TP3", line=...)``. A ``server_args=``
+    line after the start got past ``init`` begins a new start: ``PhaseStarted(Phase.INIT)`` again.
+    """
+
+    phase: Phase
+    at: datetime | None
+    rank: str | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class DialectDetected:
+    """The log's era, from the first line that only one era writes (``Init parallel begin.``)."""
+
+    dialect: Dialect
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class RankSeen:
+    """A rank prefix appeared for the first time (``TP5`` from ``[... TP5] ...``)."""
+
+    rank: str
+    at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardProgress:
+    """Rank 0's weight-loading bar moved.
+
+    ``Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]``
+    gives ``done=17, total=64``; a repaint of the same count gives nothing.
+    """
+
+    done: int
+    total: int
+    at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphProgress:
+    """Rank 0's CUDA graph capture bar moved.
+
+    ``Capturing batches (bs=512 avail_mem=1.82 GB):  67%|██████▋   | 35/52 [00:09<00:04]`` gives
+    ``done=35, total=52``.
+    """
+
+    done: int
+    total: int
+    at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePool:
+    """One rank's device KV pool.
+
+    ``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB`` gives ``tokens=159274,
+    kv_gib=10.42``. SGLang's GB here is GiB (1024**3 bytes). An MHA model logs ``K size`` and
+    ``V size``: ``kv_gib`` is their sum. 0.5.23 adds ``dtype: torch.bfloat16, `` before ``#tokens``.
+    """
+
+    rank: str | None
+    tokens: int
+    kv_gib: float
+    k_gib: float | None
+    v_gib: float | None
+    dtype: str | None
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostPool:
+    """One rank's HiCache host pool, logged just before SGLang pins it (silently, for minutes).
+
+    ``Allocating 44.77 GB host memory for hierarchical KV cache.`` gives ``gb=44.77,
+    tokens=None``; 0.5.23's ``Allocating kv hierarchical KV host pool: 683061 tokens, 48.00 GB host
+    memory.`` gives ``gb=48.0, tokens=683061, pool="kv"``. GB here is 1e9 bytes, as logged.
+    """
+
+    rank: str | None
+    gb: float
+    tokens: int | None
+    pool: str | None
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class MaxTotalTokens:
+    """Rank 0's ``max_total_num_tokens=159274, chunked_prefill_size=...`` line: the device pool."""
+
+    tokens: int
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailureSeen:
+    """The log says the start failed; re-emitted whenever the kind or the decisive lines grow.
+
+    The last ``FailureSeen`` of a start holds its classification: a specific kind (``host_memory``,
+    ``gpu_busy``, ``gpu_memory``, ``oom_killed``) wins over ``crash`` whatever order the lines
+    arrive in. ``lines`` are the decisive log lines as logged (the specific message, the exception,
+    the ``Received sigquit`` or ``scheduler died`` line), in log order, each distinct text once.
+    """
+
+    kind: FailureKind
+    lines: tuple[str, ...]
+    at: datetime | None
+
+
+Event = (
+    PhaseStarted
+    | DialectDetected
+    | RankSeen
+    | ShardProgress
+    | GraphProgress
+    | DevicePool
+    | HostPool
+    | MaxTotalTokens
+    | FailureSeen
+)
