@@ -1,0 +1,62 @@
+"""The store: configuration history and audit, operations, capacity samples, report schedules.
+
+SQLAlchemy 2 models, Alembic migrations (``migrations/``), and a :class:`Store` whose methods take
+and return frozen dataclasses (no ORM object leaves this package). SQLite by default (WAL,
+foreign keys on, busy timeout), PostgreSQL or any SQLAlchemy URL for teams::
+
+    upgrade_to_head("sqlite:///kimi-ops.db")
+    store = Store("sqlite:///kimi-ops.db")
+    proposal = store.record_proposal("kimi-01", settings, plan, proposed_by="U1", ...)
+"""
+
+from __future__ import annotations
+
+from bot.store.config import DEFAULT_URL, StoreSettings, resolve_url
+from bot.store.migrate import (
+    current_revision,
+    downgrade,
+    ensure_at_head,
+    head_revision,
+    upgrade,
+    upgrade_to_head,
+)
+from bot.store.records import (
+    FINAL_OUTCOMES,
+    CapacitySample,
+    HiCacheSettings,
+    OperationEvent,
+    OperationRecord,
+    Outcome,
+    PlanSummary,
+    ProposalRecord,
+    RefusalRecord,
+    ReportSchedule,
+    RevisionRecord,
+    StartupDuration,
+)
+from bot.store.store import Store
+
+__all__ = [
+    "DEFAULT_URL",
+    "FINAL_OUTCOMES",
+    "CapacitySample",
+    "HiCacheSettings",
+    "OperationEvent",
+    "OperationRecord",
+    "Outcome",
+    "PlanSummary",
+    "ProposalRecord",
+    "RefusalRecord",
+    "ReportSchedule",
+    "RevisionRecord",
+    "StartupDuration",
+    "Store",
+    "StoreSettings",
+    "current_revision",
+    "downgrade",
+    "ensure_at_head",
+    "head_revision",
+    "resolve_url",
+    "upgrade",
+    "upgrade_to_head",
+]

@@ -1,0 +1,209 @@
+"""Operations and their events: what a restarted bot needs to pick up where it stopped.
+
+The agent numbers each operation's events from 1; the bot stores every batch it receives with
+:meth:`append_events`, which skips sequence numbers it already has (a replayed long-poll batch
+stores nothing twice) and moves ``last_event_seq``, the point a restarted bot resumes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Insert, Table, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from bot.errors import InputError, NotFound
+from bot.store import _validate as v
+from bot.store._base import StoreBase
+from bot.store._convert import event_record, operation_record
+from bot.store._models import CHANNEL, HOST, TS, OperationEventRow, OperationRow
+from bot.store._revisions import get_revision
+from bot.store.records import OperationEvent, OperationRecord
+
+__all__ = ["OperationsMixin"]
+
+_EVENTS = cast(Table, OperationEventRow.__table__)
+
+
+def _get_operation(session: Session, operation_id: object, *, lock: bool = False) -> OperationRow:
+    oid = v.count("operation id", operation_id, minimum=1)
+    query = select(OperationRow).where(OperationRow.id == oid)
+    if lock:
+        query = query.with_for_update()
+    row = session.scalars(query).one_or_none()
+    if row is None:
+        raise NotFound(f"no operation {oid} is recorded")
+    return row
+
+
+def _event_values(operation_id: int, event: object) -> dict[str, Any]:
+    if not isinstance(event, OperationEvent):
+        raise InputError(f"events must be OperationEvent values, not {type(event).__name__}")
+    seq = v.count("event seq", event.seq, minimum=1, big=False)
+    return {
+        "operation_id": operation_id,
+        "seq": seq,
+        "at": v.instant(f"event {seq} time", event.at),
+        "phase": v.text(f"event {seq} phase", event.phase, 64),
+        "message": v.free_text(f"event {seq} message", event.message),
+        "progress": v.optional_finite(f"event {seq} progress", event.progress, minimum=0),
+        "data": v.json_object(f"event {seq} data", event.data),
+    }
+
+
+def _insert_ignoring_duplicates(session: Session) -> Insert:
+    # The operation row is locked (PostgreSQL) or the database is (SQLite BEGIN IMMEDIATE), so
+    # the pre-check below already excludes duplicates; ON CONFLICT is the belt to those braces.
+    name = session.get_bind().dialect.name
+    if name == "sqlite":
+        return sqlite.insert(_EVENTS).on_conflict_do_nothing(index_elements=["operation_id", "seq"])
+    if name == "postgresql":
+        return postgresql.insert(_EVENTS).on_conflict_do_nothing(
+            index_elements=["operation_id", "seq"]
+        )
+    return insert(_EVENTS)
+
+
+class OperationsMixin(StoreBase):
+    def record_operation(
+        self,
+        host: str,
+        agent_operation_id: str,
+        kind: str,
+        *,
+        state: str = "running",
+        channel: str | None = None,
+        message_ts: str | None = None,
+        revision_id: int | None = None,
+        started_at: datetime | None = None,
+    ) -> OperationRecord:
+        """Record an operation the agent started; recording the same one again returns it as is."""
+        values = {
+            "host": v.text("host", host, HOST),
+            "agent_operation_id": v.text("agent operation id", agent_operation_id, 128),
+            "kind": v.text("operation kind", kind, 32),
+            "state": v.text("operation state", state, 32),
+            "channel": v.optional_text("channel", channel, CHANNEL),
+            "message_ts": v.optional_text("message ts", message_ts, TS),
+        }
+        when = self._at(started_at, "started_at")
+        with self._write("record an operation") as session:
+            existing = session.scalars(
+                select(OperationRow).where(
+                    OperationRow.host == values["host"],
+                    OperationRow.agent_operation_id == values["agent_operation_id"],
+                )
+            ).one_or_none()
+            if existing is not None:
+                return operation_record(existing)
+            rid = None if revision_id is None else get_revision(session, revision_id).id
+            row = OperationRow(
+                **values, revision_id=rid, last_event_seq=0, started_at=when, finished_at=None
+            )
+            session.add(row)
+            session.flush()
+            return operation_record(row)
+
+    def update_operation(
+        self,
+        operation_id: int,
+        *,
+        state: str | None = None,
+        channel: str | None = None,
+        message_ts: str | None = None,
+    ) -> OperationRecord:
+        """Change an operation's state or the Slack message that shows it."""
+        new_state = v.optional_text("operation state", state, 32)
+        new_channel = v.optional_text("channel", channel, CHANNEL)
+        new_ts = v.optional_text("message ts", message_ts, TS)
+        with self._write("update an operation") as session:
+            row = _get_operation(session, operation_id, lock=True)
+            if new_state is not None:
+                row.state = new_state
+            if new_channel is not None:
+                row.channel = new_channel
+            if new_ts is not None:
+                row.message_ts = new_ts
+            return operation_record(row)
+
+    def finish_operation(
+        self, operation_id: int, state: str, at: datetime | None = None
+    ) -> OperationRecord:
+        """Mark an operation finished with its final state; finishing it again changes nothing."""
+        final = v.text("operation state", state, 32)
+        when = self._at(at)
+        with self._write("finish an operation") as session:
+            row = _get_operation(session, operation_id, lock=True)
+            if row.finished_at is None:
+                row.state, row.finished_at = final, when
+            return operation_record(row)
+
+    def append_events(self, operation_id: int, events: Iterable[OperationEvent]) -> int:
+        """Store a batch of events in one transaction; returns how many were new."""
+        oid = v.count("operation id", operation_id, minimum=1)
+        by_seq: dict[int, dict[str, Any]] = {}
+        for event in events:
+            values = _event_values(oid, event)
+            by_seq.setdefault(values["seq"], values)
+        if not by_seq:
+            return 0
+        with self._write("store operation events") as session:
+            row = _get_operation(session, oid, lock=True)
+            have = set(
+                session.scalars(
+                    select(OperationEventRow.seq).where(
+                        OperationEventRow.operation_id == oid,
+                        OperationEventRow.seq.in_(list(by_seq)),
+                    )
+                )
+            )
+            new = [values for seq, values in sorted(by_seq.items()) if seq not in have]
+            if new:
+                session.execute(_insert_ignoring_duplicates(session), new)
+            row.last_event_seq = max(row.last_event_seq, max(by_seq))
+            return len(new)
+
+    def operation_events(self, operation_id: int, after_seq: int = 0) -> list[OperationEvent]:
+        """The operation's events with ``seq > after_seq``, in order."""
+        oid = v.count("operation id", operation_id, minimum=1)
+        after = v.count("after seq", after_seq, big=False)
+        with self._read("read operation events") as session:
+            _get_operation(session, oid)
+            rows = session.scalars(
+                select(OperationEventRow)
+                .where(OperationEventRow.operation_id == oid, OperationEventRow.seq > after)
+                .order_by(OperationEventRow.seq)
+            )
+            return [event_record(row) for row in rows]
+
+    def operation_resume_point(self, operation_id: int) -> int:
+        """The last event seq stored: a restarted bot asks the agent for what came after it."""
+        with self._read("read an operation") as session:
+            return _get_operation(session, operation_id).last_event_seq
+
+    def operation(self, operation_id: int) -> OperationRecord:
+        with self._read("read an operation") as session:
+            return operation_record(_get_operation(session, operation_id))
+
+    def operation_by_agent_id(self, host: str, agent_operation_id: str) -> OperationRecord | None:
+        name = v.text("host", host, HOST)
+        agent_id = v.text("agent operation id", agent_operation_id, 128)
+        with self._read("read an operation") as session:
+            row = session.scalars(
+                select(OperationRow).where(
+                    OperationRow.host == name, OperationRow.agent_operation_id == agent_id
+                )
+            ).one_or_none()
+            return None if row is None else operation_record(row)
+
+    def unfinished_operations(self, host: str | None = None) -> list[OperationRecord]:
+        """Operations not finished yet, oldest first: what a restarted bot resumes watching."""
+        query = select(OperationRow).where(OperationRow.finished_at.is_(None))
+        if host is not None:
+            query = query.where(OperationRow.host == v.text("host", host, HOST))
+        query = query.order_by(OperationRow.started_at, OperationRow.id)
+        with self._read("read unfinished operations") as session:
+            return [operation_record(row) for row in session.scalars(query)]

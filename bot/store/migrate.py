@@ -1,0 +1,163 @@
+"""Schema migrations, driven from code so ``kimi-ops db`` and the bot work from any directory.
+
+Alembic is configured here (no ``alembic.ini``): the scripts live in ``migrations/`` beside the
+``bot`` package, and the connection is handed to ``migrations/env.py`` through
+``Config.attributes``. Each run is one transaction. On SQLite it runs with foreign keys OFF
+(a batch migration re-creates tables, and with foreign keys ON the drop would delete child rows
+through ON DELETE CASCADE) and ends with ``PRAGMA foreign_key_check``: any dangling reference
+aborts the run and rolls everything back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+
+from bot.errors import InputError, MigrationError
+from bot.store._engine import WRITE_OPTION, make_engine, safe_url
+
+__all__ = [
+    "MIGRATIONS_DIR",
+    "current_revision",
+    "downgrade",
+    "ensure_at_head",
+    "head_revision",
+    "upgrade",
+    "upgrade_to_head",
+]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def _config(connection: Connection | None = None) -> Config:
+    if not (MIGRATIONS_DIR / "env.py").is_file():
+        raise MigrationError(
+            f"the migration scripts are not at {MIGRATIONS_DIR}; install kimi-ops from its source "
+            "tree (pip install -e .) so migrations/ sits beside the bot package"
+        )
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest migration this code knows."""
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    if head is None:  # pragma: no cover - the first revision ships with the code
+        raise MigrationError(f"no migration scripts in {MIGRATIONS_DIR / 'versions'}")
+    return head
+
+
+@contextmanager
+def _engine_for(engine_or_url: Engine | str | URL) -> Iterator[Engine]:
+    if isinstance(engine_or_url, Engine):
+        yield engine_or_url
+        return
+    engine = make_engine(engine_or_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def current_revision(engine_or_url: Engine | str | URL) -> str | None:
+    """The migration the database is at (None: an empty database)."""
+    with _engine_for(engine_or_url) as engine:
+        try:
+            with engine.connect() as conn:
+                return MigrationContext.configure(conn).get_current_revision()
+        except SQLAlchemyError as exc:
+            raise MigrationError(
+                f"cannot read the schema revision of {safe_url(engine.url)}: {exc}"
+            ) from exc
+
+
+def ensure_at_head(engine_or_url: Engine | str | URL) -> None:
+    """Raise :class:`MigrationError` unless the database is at :func:`head_revision`."""
+    with _engine_for(engine_or_url) as engine:
+        current, head = current_revision(engine), head_revision()
+        if current != head:
+            raise MigrationError(
+                f"the database {safe_url(engine.url)} is at schema revision "
+                f"{current or 'none (empty)'}, this kimi-ops needs {head}; "
+                "run `kimi-ops db upgrade` first"
+            )
+
+
+def upgrade(engine_or_url: Engine | str | URL, revision: str = "head") -> str | None:
+    """Migrate up to ``revision``; returns the revision the database is at afterwards."""
+    return _migrate(engine_or_url, revision, lambda cfg: command.upgrade(cfg, revision))
+
+
+def upgrade_to_head(engine_or_url: Engine | str | URL) -> str | None:
+    """What the bot and the demo call on start: bring the schema to the newest revision."""
+    return upgrade(engine_or_url, "head")
+
+
+def downgrade(engine_or_url: Engine | str | URL, revision: str) -> str | None:
+    """Migrate down to ``revision`` (``base``: drop everything); returns where it ended."""
+    return _migrate(engine_or_url, revision, lambda cfg: command.downgrade(cfg, revision))
+
+
+def _migrate(
+    engine_or_url: Engine | str | URL, revision: str, step: Callable[[Config], None]
+) -> str | None:
+    if not revision.strip():
+        raise InputError("migration revision is empty; give a revision id, 'head' or 'base'")
+    with _engine_for(engine_or_url) as engine:
+        sqlite = engine.dialect.name == "sqlite"
+        try:
+            with engine.connect() as conn:
+                conn.execution_options(**{WRITE_OPTION: True})
+                if sqlite:
+                    _pragma(conn, "PRAGMA foreign_keys = OFF")
+                try:
+                    with conn.begin():
+                        step(_config(conn))
+                        if sqlite:
+                            _check_foreign_keys(conn, engine)
+                finally:
+                    if sqlite:
+                        _pragma(conn, "PRAGMA foreign_keys = ON")
+        except CommandError as exc:
+            raise InputError(
+                f"cannot migrate {safe_url(engine.url)} to {revision!r}: {exc} "
+                "(use 'head', 'base' or a revision id from `kimi-ops db current`)"
+            ) from exc
+        except SQLAlchemyError as exc:
+            raise MigrationError(
+                f"migrating {safe_url(engine.url)} to {revision!r} failed and was rolled back: "
+                f"{exc}"
+            ) from exc
+        return current_revision(engine)
+
+
+def _pragma(conn: Connection, statement: str) -> None:
+    # Outside any transaction (SQLite ignores foreign_keys changes inside one), on the raw
+    # connection so SQLAlchemy does not begin a transaction first.
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(statement)
+    finally:
+        cursor.close()
+
+
+def _check_foreign_keys(conn: Connection, engine: Engine) -> None:
+    rows = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if rows:
+        shown = "; ".join(f"{row[0]} rowid {row[1]} -> {row[2]}" for row in rows[:5])
+        raise MigrationError(
+            f"migration of {safe_url(engine.url)} left {len(rows)} dangling foreign key(s) "
+            f"({shown}); nothing was changed"
+        )
