@@ -1,0 +1,151 @@
+"""The simulated server's HTTP endpoints, on ``http.server`` in a thread (small RSS, no ASGI).
+
+``/health`` answers 503 with an empty body until warmup succeeded, then 200 with an empty body;
+``/server_info`` (and the deprecated ``/get_server_info``, which logs SGLang's warning) gives the
+ServerArgs fields flat plus ``max_total_num_tokens``, ``internal_states`` and ``version``. Every
+request gets uvicorn's access line, e.g. ``INFO:     127.0.0.1:52310 - "GET /health HTTP/1.1"
+503 Service Unavailable``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from bot.sim._output import Log
+
+__all__ = ["HttpFront", "ServerView"]
+
+GET_SERVER_INFO_DEPRECATED = (
+    "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+    "Please use '/server_info' instead."
+)
+
+
+@dataclass
+class ServerView:
+    """What the HTTP thread reads from the simulated server (set by the main thread)."""
+
+    server_info: dict[str, Any]
+    ready_endpoint: bool
+    metrics_enabled: bool
+    metrics: Callable[[], str]
+    status: str = "starting"  # starting | ready | stopping
+    health_flap: bool = False
+    on_generate: Callable[[], None] = field(default=lambda: None)
+    _flap_count: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def healthy(self) -> bool:
+        if self.status != "ready":
+            return False
+        if not self.health_flap:
+            return True
+        with self._lock:
+            self._flap_count += 1
+            return self._flap_count % 2 == 1
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence http.server's own stderr log; uvicorn-style access lines are written instead."""
+
+    def _send(self, status: int, body: bytes = b"", content_type: str = "") -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        # uvicorn logs the access line when the response starts, before the body is sent.
+        phrase = HTTPStatus(status).phrase
+        host, port = self.client_address[:2]
+        self.server.log.line(
+            f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}'
+        )
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, payload: object, status: int = 200) -> None:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        self._send(status, body, "application/json")
+
+    def _not_found(self) -> None:
+        self._json({"detail": "Not Found"}, 404)
+
+    def do_GET(self) -> None:
+        view = self.server.view
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/health_generate"):
+            self._send(200 if view.healthy() else 503)
+        elif path == "/ready" and view.ready_endpoint:
+            self._send(200 if view.status == "ready" else 503)
+        elif path in ("/server_info", "/get_server_info"):
+            if path == "/get_server_info":
+                self.server.log.line(GET_SERVER_INFO_DEPRECATED)
+            self._json(view.server_info)
+        elif path in ("/model_info", "/get_model_info"):
+            info = view.server_info
+            self._json(
+                {
+                    "model_path": info["model_path"],
+                    "tokenizer_path": info["tokenizer_path"],
+                    "is_generation": True,
+                }
+            )
+        elif path == "/metrics" and view.metrics_enabled:
+            body = view.metrics().encode()
+            self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._not_found()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        path = self.path.split("?", 1)[0]
+        if path == "/generate":
+            self.server.view.on_generate()
+            self._json(
+                {"text": " Paris.", "meta_info": {"prompt_tokens": 7, "completion_tokens": 3}}
+            )
+        elif path == "/flush_cache":
+            self._send(200, b"Cache flushed.\n", "text/plain")
+        else:
+            self._not_found()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], view: ServerView, log: Log) -> None:
+        super().__init__(address, _Handler)
+        self.view = view
+        self.log = log
+
+
+class HttpFront:
+    """The listening socket: bound only from the uvicorn phase on (refused before that)."""
+
+    def __init__(self, host: str, port: int, view: ServerView, log: Log) -> None:
+        self._server = _Server((host, port), view, log)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,166 @@
+"""The message part of every SGLang log line the simulator prints, per dialect.
+
+``old`` is the 0.5.8/0.5.9 dialect, ``new`` is 0.5.23's (SGLANG_FACTS.md section 3), e.g.
+``KV Cache is allocated. #tokens: 231120, KV size: 15.13 GB`` (old) against
+``KV Cache is allocated. dtype: torch.bfloat16, #tokens: 231120, KV size: 15.13 GB`` (new).
+GB in device lines is GiB; GB in the host pool line is 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "allocating_host",
+    "capture_begin",
+    "capture_end",
+    "decode_batch",
+    "host_memory_error",
+    "init_begin",
+    "init_end",
+    "kv_allocated",
+    "load_begin",
+    "load_end",
+    "max_total_num_tokens",
+    "memory_pool_end",
+    "prefill_batch",
+    "rank_prefix",
+    "scheduler_died",
+    "unbalanced_error",
+]
+
+READY = "The server is fired up and ready to roll!"
+SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
+HOST_SMALLER = "The host memory should be larger than the device memory with the current protocol"
+GPU_SHORT = "Not enough memory. Please try to increase --mem-fraction-static."
+CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of {total:.2f} "
+    "GiB of which {free:.2f} GiB is free."
+)
+
+
+def rank_prefix(tp: int, pp: int, dp: int, tp_size: int, pp_size: int, dp_size: int) -> str:
+    """SGLang's scheduler prefix: `` DP1 PP0 TP3``, each part only when that size is > 1."""
+    prefix = ""
+    if dp_size > 1:
+        prefix += f" DP{dp}"
+    if pp_size > 1:
+        prefix += f" PP{pp}"
+    if tp_size > 1:
+        prefix += f" TP{tp}"
+    return prefix
+
+
+def init_begin(new: bool) -> str:
+    return "Init parallel begin." if new else "Init torch distributed begin."
+
+
+def init_end(new: bool, elapsed: float, mem_usage: float) -> str:
+    if new:
+        return f"Init parallel ends. elapsed={elapsed:.2f} s, mem usage={mem_usage:.2f} GB"
+    return f"Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={mem_usage:.2f} GB"
+
+
+def load_begin(avail: float) -> str:
+    return f"Load weight begin. avail mem={avail:.2f} GB"
+
+
+def load_end(new: bool, elapsed: float, arch: str, avail: float, usage: float) -> str:
+    dtype = "" if new else " dtype=torch.bfloat16,"
+    return (
+        f"Load weight end. elapsed={elapsed:.2f} s, type={arch},{dtype} avail mem={avail:.2f} GB, "
+        f"mem usage={usage:.2f} GB."
+    )
+
+
+def kv_allocated(new: bool, dtype: str, tokens: int, size_gib: float) -> str:
+    middle = f"dtype: {dtype}, " if new else ""
+    return f"KV Cache is allocated. {middle}#tokens: {tokens}, KV size: {size_gib:.2f} GB"
+
+
+def memory_pool_end(avail: float) -> str:
+    return f"Memory pool end. avail mem={avail:.2f} GB"
+
+
+def capture_begin(new: bool, batch_sizes: list[int], avail: float) -> str:
+    if new:
+        return (
+            "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+            f"bs={batch_sizes}, avail mem={avail:.2f} GB"
+        )
+    return (
+        f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB"
+    )
+
+
+def capture_end(new: bool, elapsed: float, usage: float, avail: float) -> str:
+    if new:
+        return (
+            f"Capture target decode CUDA graph end. elapsed={elapsed:.2f} s, "
+            f"mem usage={usage:.2f} GB, avail mem={avail:.2f} GB."
+        )
+    return (
+        f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. "
+        f"avail mem={avail:.2f} GB."
+    )
+
+
+def max_total_num_tokens(
+    tokens: int, chunked: int, max_prefill: int, max_running: int, context: int, avail: float
+) -> str:
+    return (
+        f"max_total_num_tokens={tokens}, chunked_prefill_size={chunked}, "
+        f"max_prefill_tokens={max_prefill}, max_running_requests={max_running}, "
+        f"context_len={context}, available_gpu_mem={avail:.2f} GB"
+    )
+
+
+def allocating_host(new: bool, tokens: int, gb: float) -> str:
+    if new:
+        return f"Allocating kv hierarchical KV host pool: {tokens} tokens, {gb:.2f} GB host memory."
+    return f"Allocating {gb:.2f} GB host memory for hierarchical KV cache."
+
+
+def host_memory_error(requested_gb: float, free_gb: float) -> str:
+    return (
+        f"Not enough host memory available. Requesting {requested_gb:.2f} GB but only have "
+        f"{free_gb:.2f} GB free. Please reduce the size of the hierarchical cache."
+    )
+
+
+def unbalanced_error(min_gib: float, local_gib: float) -> str:
+    return (
+        "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+        f"min_per_gpu_memory={min_gib}, local_gpu_memory={local_gib}, "
+        f"local_gpu_memory * 0.9={local_gib * 0.9}"
+    )
+
+
+def scheduler_died(rank: int, code: int) -> str:
+    return (
+        f"Rank {rank} scheduler died during initialization (exit code: {code}). If exit code is "
+        "-9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."
+    )
+
+
+def prefill_batch(
+    new: bool,
+    seqs: int,
+    tokens: int,
+    cached: int,
+    usage: float,
+    running: int,
+    queued: int,
+    throughput: float,
+) -> str:
+    extra = "#pending-token: 0, cuda graph: False, " if new else ""
+    return (
+        f"Prefill batch, #new-seq: {seqs}, #new-token: {tokens}, #cached-token: {cached}, "
+        f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, {extra}"
+        f"input throughput (token/s): {throughput:.2f}"
+    )
+
+
+def decode_batch(running: int, tokens: int, usage: float, throughput: float, queued: int) -> str:
+    return (
+        f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
+        f"cuda graph: True, gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}"
+    )

@@ -1,0 +1,225 @@
+"""Host profiles: the machine a simulated SGLang server believes it runs on.
+
+A profile is a JSON file, either shipped in ``bot/sim/profiles/<name>.json`` or given by path.
+RAM figures are GB of 1e9 bytes (as SGLang's host pool line prints them); GPU figures are GiB
+(as SGLang's device lines print them). Durations are seconds at speed 1 (real time).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.errors import SimError
+
+__all__ = ["PHASES", "HostProfile", "load_profile", "profile_names"]
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+
+#: Startup phases with a duration in every profile, in the order a start runs them.
+PHASES = (
+    "init",
+    "init_parallel",
+    "load_weights",
+    "kv_pool",
+    "cuda_graph",
+    "host_pool",
+    "http",
+    "warmup",
+)
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """What the simulated host has and how long each startup phase takes at speed 1."""
+
+    name: str
+    ram_total_gb: float
+    ram_available_gb: float
+    gpu_count: int
+    gpu_name: str
+    gpu_memory_gib: float
+    gpu_free_at_start_gib: float
+    init_mem_usage_gib: float
+    weights_gib: float
+    other_pools_gib: float
+    cuda_graph_gib: float
+    kv_bytes_per_token: int
+    kv_cache_dtype: str
+    attention: str
+    architecture: str
+    model_shards: int
+    context_len: int
+    chunked_prefill_size: int
+    max_prefill_tokens: int
+    max_running_requests: int
+    cuda_graph_batch_sizes: int
+    device_tokens: tuple[tuple[float, int], ...]
+    default_mem_fraction_static: float
+    phase_seconds: tuple[tuple[str, float], ...]
+    pin_gb_per_s: float = 2.0
+    server_ram_gb_per_rank: float = 4.0
+    server_ram_gb_main: float = 2.0
+    leftover_release_s: float = 26.0
+    description: str = ""
+    source: str = ""
+
+    @property
+    def ram_total_bytes(self) -> int:
+        return int(self.ram_total_gb * 1e9)
+
+    @property
+    def ram_available_bytes(self) -> int:
+        return int(self.ram_available_gb * 1e9)
+
+    @property
+    def gpu_memory_bytes(self) -> int:
+        return int(self.gpu_memory_gib * GIB)
+
+    def phase(self, name: str) -> float:
+        """Seconds the phase ``name`` takes at speed 1."""
+        return dict(self.phase_seconds)[name]
+
+    def device_tokens_at(self, fraction: float) -> int:
+        """Device KV tokens for ``--mem-fraction-static fraction``, linear between table points.
+
+        Outside the table the nearest segment is extended, never below zero.
+        """
+        points = self.device_tokens
+        if len(points) == 1:
+            return points[0][1]
+        lo, hi = points[0], points[1]
+        for left, right in itertools.pairwise(points):
+            lo, hi = left, right
+            if fraction <= right[0]:
+                break
+        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+        return max(0, round(lo[1] + slope * (fraction - lo[0])))
+
+
+def profile_names() -> list[str]:
+    """Names of the profiles shipped with kimi-ops."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
+
+
+def load_profile(name_or_path: str) -> HostProfile:
+    """Load a shipped profile by name (``kimi-k25-8gpu``) or any profile file by path."""
+    candidate = Path(name_or_path)
+    if name_or_path.endswith(".json") or candidate.is_file() or "/" in name_or_path:
+        path = candidate
+    else:
+        path = PROFILES_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        raise SimError(
+            f"host profile {name_or_path!r} not found; use one of {profile_names()} "
+            "or the path of a profile JSON file"
+        )
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SimError(f"host profile {str(path)!r} is not readable JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SimError(f"host profile {str(path)!r} must hold a JSON object")
+    return _build(raw, str(path))
+
+
+_FLOATS = (
+    "ram_total_gb",
+    "ram_available_gb",
+    "gpu_memory_gib",
+    "gpu_free_at_start_gib",
+    "init_mem_usage_gib",
+    "weights_gib",
+    "other_pools_gib",
+    "cuda_graph_gib",
+    "default_mem_fraction_static",
+)
+_OPTIONAL_FLOATS = (
+    "pin_gb_per_s",
+    "server_ram_gb_per_rank",
+    "server_ram_gb_main",
+    "leftover_release_s",
+)
+_INTS = (
+    "gpu_count",
+    "kv_bytes_per_token",
+    "model_shards",
+    "context_len",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "max_running_requests",
+    "cuda_graph_batch_sizes",
+)
+_STRS = ("name", "gpu_name", "kv_cache_dtype", "attention", "architecture")
+
+
+def _build(raw: Mapping[str, Any], source: str) -> HostProfile:
+    values: dict[str, Any] = {"source": source, "description": str(raw.get("description", ""))}
+    for key in _STRS:
+        values[key] = _field(raw, key, str, source)
+    for key in _INTS:
+        number = _field(raw, key, int, source)
+        if number <= 0:
+            raise SimError(f"host profile {source!r}: {key} must be positive, not {number}")
+        values[key] = number
+    for key in (*_FLOATS, *_OPTIONAL_FLOATS):
+        if key in _OPTIONAL_FLOATS and key not in raw:
+            continue
+        number = float(_field(raw, key, (int, float), source))
+        if not math.isfinite(number) or number < 0:
+            raise SimError(f"host profile {source!r}: {key} must be a finite number >= 0")
+        values[key] = number
+    if values["ram_available_gb"] > values["ram_total_gb"]:
+        raise SimError(f"host profile {source!r}: ram_available_gb exceeds ram_total_gb")
+    values["device_tokens"] = _device_table(raw.get("device_tokens"), source)
+    values["phase_seconds"] = _phases(raw.get("phase_seconds"), source)
+    return HostProfile(**values)
+
+
+def _field(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], source: str) -> Any:
+    if key not in raw:
+        raise SimError(f"host profile {source!r} lacks the field {key!r}")
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise SimError(f"host profile {source!r}: {key} has the wrong type ({value!r})")
+    return value
+
+
+def _device_table(raw: object, source: str) -> tuple[tuple[float, int], ...]:
+    if not isinstance(raw, dict) or not raw:
+        raise SimError(
+            f"host profile {source!r}: device_tokens must map mem_fraction_static to tokens, "
+            'e.g. {"0.88": 159274}'
+        )
+    points: list[tuple[float, int]] = []
+    for key, tokens in raw.items():
+        try:
+            fraction = float(key)
+        except ValueError as exc:
+            raise SimError(f"host profile {source!r}: device_tokens key {key!r}") from exc
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+            raise SimError(f"host profile {source!r}: device_tokens[{key!r}] must be a count")
+        points.append((fraction, tokens))
+    return tuple(sorted(points))
+
+
+def _phases(raw: object, source: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(raw, dict):
+        raise SimError(f"host profile {source!r}: phase_seconds must be an object")
+    missing = [p for p in PHASES if p not in raw]
+    if missing:
+        raise SimError(f"host profile {source!r}: phase_seconds lacks {missing}")
+    out: list[tuple[str, float]] = []
+    for phase in PHASES:
+        value = raw[phase]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise SimError(f"host profile {source!r}: phase_seconds[{phase!r}] must be >= 0")
+        out.append((phase, float(value)))
+    return tuple(out)

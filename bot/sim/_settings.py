@@ -1,0 +1,132 @@
+"""The simulator's environment: ``KIMI_SIM_*`` variables, validated into one frozen value."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.errors import SimError
+from bot.sim._profile import PHASES, HostProfile, load_profile
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "VERSIONS",
+    "Failures",
+    "SimSettings",
+    "load_settings",
+    "state_dir_for",
+]
+
+DEFAULT_PROFILE = "kimi-k25-8gpu"
+#: SGLang versions whose log dialect and memory rules the simulator reproduces.
+VERSIONS = ("0.5.9", "0.5.23")
+FAIL_MODES = ("crash_loading", "gpu_oom_graph", "stall:<phase>", "slow_pin:<factor>", "health_flap")
+
+
+@dataclass(frozen=True)
+class Failures:
+    """Failures injected with ``KIMI_SIM_FAIL`` (comma-separated)."""
+
+    crash_loading: bool = False
+    gpu_oom_graph: bool = False
+    stall_after: str | None = None
+    slow_pin: float = 1.0
+    health_flap: bool = False
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    profile: HostProfile
+    speed: float
+    version: str
+    state_dir: Path
+    failures: Failures
+    load_rate: float
+
+    @property
+    def new_dialect(self) -> bool:
+        """True for 0.5.23's log lines and per-host memory budget."""
+        return self.version_tuple >= (0, 5, 10)
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(part) for part in self.version.split("."))
+
+    def seconds(self, at_speed_one: float) -> float:
+        """Wall-clock seconds for a duration given at speed 1."""
+        return at_speed_one * self.speed
+
+
+def state_dir_for(profile: HostProfile, environ: Mapping[str, str]) -> Path:
+    """Where simulators on ``profile`` share their host state (``KIMI_SIM_STATE_DIR`` wins)."""
+    explicit = environ.get("KIMI_SIM_STATE_DIR", "").strip()
+    if explicit:
+        return Path(explicit)
+    return Path(tempfile.gettempdir()) / f"kimi-sim-{profile.name}"
+
+
+def load_settings(environ: Mapping[str, str]) -> SimSettings:
+    """Read and check every ``KIMI_SIM_*`` variable; a bad one raises SimError naming it."""
+    profile = load_profile(environ.get("KIMI_SIM_PROFILE", "").strip() or DEFAULT_PROFILE)
+    speed = _positive_float(environ, "KIMI_SIM_SPEED", 1.0, "0.01 for tests, 1.0 for real time")
+    version = environ.get("KIMI_SIM_VERSION", "").strip() or VERSIONS[0]
+    if version not in VERSIONS:
+        raise SimError(f"KIMI_SIM_VERSION {version!r} is not simulated; use one of {VERSIONS}")
+    load_text = environ.get("KIMI_SIM_LOAD", "").strip() or "0"
+    load_rate = _number(load_text, "KIMI_SIM_LOAD", "1 to turn it on, or requests per second")
+    if load_rate < 0:
+        raise SimError(f"KIMI_SIM_LOAD {load_text!r} must be >= 0 (0 is off)")
+    return SimSettings(
+        profile=profile,
+        speed=speed,
+        version=version,
+        state_dir=state_dir_for(profile, environ),
+        failures=parse_failures(environ.get("KIMI_SIM_FAIL", "")),
+        load_rate=load_rate,
+    )
+
+
+def parse_failures(text: str) -> Failures:
+    """Parse ``KIMI_SIM_FAIL``, e.g. ``stall:load_weights`` or ``slow_pin:3,health_flap``."""
+    values: dict[str, object] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, arg = item.partition(":")
+        if name in ("crash_loading", "gpu_oom_graph", "health_flap") and not arg:
+            values[name] = True
+        elif name == "stall" and arg in PHASES:
+            values["stall_after"] = arg
+        elif name == "stall":
+            raise SimError(f"KIMI_SIM_FAIL {item!r}: stall takes a phase, one of {PHASES}")
+        elif name == "slow_pin":
+            factor = _number(arg, "KIMI_SIM_FAIL slow_pin", "a factor such as slow_pin:3")
+            if factor <= 0:
+                raise SimError(f"KIMI_SIM_FAIL {item!r}: the slow_pin factor must be > 0")
+            values["slow_pin"] = factor
+        else:
+            raise SimError(f"KIMI_SIM_FAIL {item!r} is not a failure mode; use {FAIL_MODES}")
+    return Failures(**values)  # type: ignore[arg-type]
+
+
+def _positive_float(environ: Mapping[str, str], name: str, default: float, hint: str) -> float:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    value = _number(text, name, hint)
+    if value <= 0:
+        raise SimError(f"{name} {text!r} must be > 0 ({hint})")
+    return value
+
+
+def _number(text: str, name: str, hint: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise SimError(f"{name} {text!r} is not a number ({hint})") from exc
+    if not math.isfinite(value):
+        raise SimError(f"{name} {text!r} must be finite ({hint})")
+    return value

@@ -1,0 +1,47 @@
+"""SGLang's sizing rules as the simulated server applies them (SGLANG_FACTS.md section 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GIB", "RESERVE_BYTES", "HostPool", "host_pool", "kv_gib"]
+
+GIB = 1024**3
+#: SGLang keeps 10 GiB of host RAM out of the HiCache budget.
+RESERVE_BYTES = 10 * GIB
+
+
+@dataclass(frozen=True)
+class HostPool:
+    """One rank's HiCache host pool: ``Allocating {gb:.2f} GB host memory ...``."""
+
+    tokens: int
+    bytes: int
+
+    @property
+    def gb(self) -> float:
+        return self.bytes / 1e9
+
+
+def host_pool(
+    device_tokens: int, size_per_token: int, ratio: float, size_gb: int, page_size: int
+) -> HostPool:
+    """Per-rank host pool: size (GB, 1e9) wins over ratio; then one extra page, always.
+
+    >>> host_pool(159274, 70272, 4.0, 0, 1).bytes / 1e9
+    44.770080384
+    >>> host_pool(159274, 70272, 2.0, 48, 1).tokens
+    683061
+    """
+    if size_gb > 0:
+        tokens = int(size_gb * 1e9 // size_per_token)
+    else:
+        tokens = int(device_tokens * ratio)
+    pages = tokens // page_size + 1
+    tokens = pages * page_size
+    return HostPool(tokens=tokens, bytes=tokens * size_per_token)
+
+
+def kv_gib(tokens: int, size_per_token: int) -> float:
+    """Device KV pool size in GiB, as ``KV Cache is allocated. ... KV size: X GB`` prints it."""
+    return tokens * size_per_token / GIB
