@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from bot.startup._patterns import DIED, EXCEPTION_LINE, EXIT_CODE, SIGKILL_CODES
+from bot.startup._patterns import DEAD, DIED, EXCEPTION_LINE, EXIT_CODE, SIGKILL_CODES
 from bot.startup.events import FailureKind, FailureSeen
 
 __all__ = ["FailureTracker"]
@@ -76,9 +76,13 @@ def classify(message: str) -> FailureKind | None:
         for text in texts:
             if text in message:
                 return kind
-    died = DIED.search(message) or EXIT_CODE.match(message)
-    if died is not None:
-        return FailureKind.OOM_KILLED if died.group(1) in SIGKILL_CODES else FailureKind.CRASH
+    died = DIED.search(message)
+    code = died.group(2) if died is not None else None
+    exit_code = EXIT_CODE.match(message)
+    if exit_code is not None:
+        code = exit_code.group(1)
+    if code is not None:
+        return FailureKind.OOM_KILLED if code in SIGKILL_CODES else FailureKind.CRASH
     if message.startswith(_TRACEBACK):
         return FailureKind.CRASH
     for text in _GENERIC:
@@ -94,17 +98,33 @@ class FailureTracker:
         self.kind: FailureKind | None = None
         self._lines: list[str] = []
         self._messages: set[str] = set()
+        self._host_lines: dict[str, str] = {}
         self._last_host_line: str | None = None
+        self._dead_rank: str | None = None
 
-    def note_host_line(self, line: str) -> None:
-        """Remember the last host pool line: it is what a rank did just before an OOM kill."""
+    def note_host_line(self, rank: str | None, line: str) -> None:
+        """Remember each rank's host pool line: it is what a rank did just before an OOM kill."""
+        self._host_lines[rank or ""] = line
         self._last_host_line = line
+
+    def _host_line_of_killed(self, message: str) -> str | None:
+        died = DIED.search(message)
+        number = died.group(1) if died is not None else self._dead_rank
+        if number is not None:
+            # "Rank 3" counts scheduler processes; with TP only that is the rank prefixed "TP3".
+            for rank, line in self._host_lines.items():
+                if rank.endswith(f"TP{number}"):
+                    return line
+        return self._last_host_line
 
     def observe(
         self, message: str, line: str, at: datetime | None, ready: bool
     ) -> FailureSeen | None:
         """Take one log message (``line`` as logged); return a new ``FailureSeen`` if it changed."""
         kind = classify(message)
+        dead = DEAD.search(message)
+        if dead is not None:
+            self._dead_rank = dead.group(1)
         if kind is None:
             # An exception's own line ("ValueError: ...") matters only inside a failure.
             if self.kind is None or not EXCEPTION_LINE.match(message):
@@ -116,8 +136,9 @@ class FailureTracker:
         if kind is not None and (self.kind is None or _PRIORITY[kind] > _PRIORITY[self.kind]):
             self.kind = kind
             changed = True
-            if kind is FailureKind.OOM_KILLED and self._last_host_line is not None:
-                changed |= self._keep(self._last_host_line, self._last_host_line)
+            host_line = self._host_line_of_killed(message)
+            if kind is FailureKind.OOM_KILLED and host_line is not None:
+                changed |= self._keep(host_line, host_line)
         changed |= self._keep(message, line)
         if not changed or self.kind is None:
             return None

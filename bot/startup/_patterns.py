@@ -32,8 +32,9 @@ SKIP_LINE = re.compile(_SKIP)
 # begins with a character class so the regex engine scans for line breaks at C speed.
 WORTH_READING = re.compile(r"[\r\n](?!" + _SKIP + r")")
 
-# "[2026-02-24 11:18:37 TP3] " / "[2026-02-24 11:18:37 DP1 TP3] " / "[2026-02-24 11:18:37] "
-HEADER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\] ?")
+# "[2026-02-24 11:18:37 TP3] " / "[2026-02-24 11:18:37 DP1 TP3] " / "[2026-02-24 11:18:37] ";
+# some SGLang builds log the date without its year: "[01-28 04:18:10] ".
+HEADER = re.compile(r"\[((?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\] ?")
 
 # Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]
 SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
@@ -60,7 +61,9 @@ HOST_POOL_NEW = re.compile(
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 
 # Rank 3 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), ...
-DIED = re.compile(r"scheduler died during initialization \(exit code: (-?\d+)\)")
+DIED = re.compile(r"Rank (\d+) scheduler died during initialization \(exit code: (-?\d+)\)")
+# Rank 0 scheduler is dead. Please check if there are relevant logs.   (then "Exit code: -9")
+DEAD = re.compile(r"Rank (\d+) scheduler is dead\.")
 # 0.5.9, after "Rank 0 scheduler is dead. Please check if there are relevant logs.":
 # Exit code: -9
 EXIT_CODE = re.compile(r"^Exit code: (-?\d+)")

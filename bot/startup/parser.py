@@ -119,8 +119,7 @@ class StartupParser:
     def _line(self, line: str, out: list[Event]) -> None:
         # Ranks write to one file unsynchronised, and 0.5.23's tqdm ends its bar without a line
         # break, so a "[date TPn] ..." line can start in the middle of another.
-        first = line.find("[20", 1)
-        if first < 0 or HEADER.match(line, first) is None:
+        if HEADER.search(line, 1) is None:
             self._segment(line, out)
             return
         starts = [m.start() for m in HEADER.finditer(line)]
@@ -138,7 +137,7 @@ class StartupParser:
             stamp = header.group(1)
             if stamp != self._stamp:
                 self._stamp = stamp
-                self._at = datetime.fromisoformat(stamp)
+                self._at = self._parse_stamp(stamp)
             rank = header.group(2)[1:] or None
             message = segment[header.end() :]
         if not message.strip():
@@ -154,6 +153,13 @@ class StartupParser:
             seen = self._failure.observe(message, segment, at, self._phase == len(PHASE_ORDER) - 1)
             if seen is not None:
                 out.append(seen)
+
+    def _parse_stamp(self, stamp: str) -> datetime:
+        if len(stamp) == len("01-28 04:18:10"):
+            # No year logged: take the last one seen (2000, a leap year, before any).
+            year = self._at.year if self._at is not None else 2000
+            stamp = f"{year}-{stamp}"
+        return datetime.fromisoformat(stamp)
 
     def _startup_line(
         self, message: str, line: str, rank: str | None, at: datetime | None, out: list[Event]
@@ -236,7 +242,7 @@ class StartupParser:
             dialect = Dialect.V0_5_9
         self._enter(Phase.HOST_POOL, at, rank, line, out)
         self._detect(dialect, at, line, out)
-        self._failure.note_host_line(line)
+        self._failure.note_host_line(rank, line)
         out.append(HostPool(rank=rank, gb=gb, tokens=tokens, pool=pool, at=at, line=line))
         return True
 
