@@ -14,15 +14,8 @@ from sqlalchemy.sql.schema import SchemaItem
 
 from bot.store._engine import make_engine
 from bot.store._models import Base
-
-# Tables in the same database that are not ours: APScheduler's job store.
-FOREIGN_TABLES = frozenset({"apscheduler_jobs"})
-DEFAULT_URL = "sqlite:///kimi-ops.db"
-
-
-def include_name(name: str | None, type_: str, parent_names: object) -> bool:
-    """Autogenerate looks only at kimi-ops' own tables."""
-    return not (type_ == "table" and name in FOREIGN_TABLES)
+from bot.store.config import DEFAULT_URL
+from bot.store.migrate import FOREIGN_TABLES, include_name
 
 
 def include_object(

@@ -27,16 +27,26 @@ from bot.errors import InputError, MigrationError
 from bot.store._engine import WRITE_OPTION, make_engine, safe_url
 
 __all__ = [
+    "FOREIGN_TABLES",
     "MIGRATIONS_DIR",
     "current_revision",
     "downgrade",
     "ensure_at_head",
     "head_revision",
+    "include_name",
     "upgrade",
     "upgrade_to_head",
 ]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+# Tables that share the database but are not ours: APScheduler's job store.
+FOREIGN_TABLES = frozenset({"apscheduler_jobs"})
+
+
+def include_name(name: str | None, type_: str, parent_names: object) -> bool:
+    """Alembic's ``include_name`` hook: autogenerate compares kimi-ops' own tables only."""
+    return not (type_ == "table" and name in FOREIGN_TABLES)
 
 
 def _config(connection: Connection | None = None) -> Config:

@@ -1,0 +1,404 @@
+"""The Store's repository functions, each written and read back on a migrated database."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+from bot.errors import InputError, MigrationError, NotFound
+from bot.store import (
+    CapacitySample,
+    HiCacheSettings,
+    OperationEvent,
+    Outcome,
+    PlanSummary,
+    Store,
+)
+from bot.store._models import Base
+from tests.store.conftest import TickingClock
+
+# Field notes: Kimi-K2.5 (MLA, 61 layers, bf16) on 8 ranks; SGLANG_FACTS.md section 1 gives
+# size_per_token = 576 * 2 * 61 = 70,272 B, and --hicache-size 48 gives
+# int(48e9 // 70272) // 1 + 1 = 683,061 tokens per rank (the 0.5.23 log line says 683061).
+BYTES_PER_TOKEN = 576 * 2 * 61
+HOST_TOKENS = int(48e9 // BYTES_PER_TOKEN) + 1
+PER_RANK_GB = HOST_TOKENS * BYTES_PER_TOKEN / 1e9
+RANKS = 8
+COMMAND = (
+    "python", "-m", "sglang.launch_server", "--model-path", "/models/kimi-k2.5", "--tp-size", "8",
+    "--enable-hierarchical-cache", "--hicache-size", "48",
+)  # fmt: skip
+SIZE_48 = HiCacheSettings(
+    enabled=True,
+    ratio=2.0,
+    size_gb=48,
+    write_policy="write_through",
+    io_backend="kernel",
+    command_line=COMMAND,
+)
+PLAN_48 = PlanSummary(
+    per_rank_gb=PER_RANK_GB,
+    total_gb=PER_RANK_GB * RANKS,
+    per_rank_tokens=HOST_TOKENS,
+    verdict="fits",
+    reason="8 x 48.00 GB = 384.00 GB fits in 449 GB available - 10 GiB reserve - 40 GB headroom",
+    detail={"ranks": RANKS, "per_rank_bytes": HOST_TOKENS * BYTES_PER_TOKEN, "notes": ["a", "b"]},
+)
+RATIO_4 = HiCacheSettings(
+    enabled=True, ratio=4.0, command_line=(*COMMAND[:-2], "--hicache-ratio", "4")
+)
+
+
+def _propose(store: Store, host: str = "kimi-01", settings: HiCacheSettings = SIZE_48) -> int:
+    proposal = store.record_proposal(
+        host,
+        settings,
+        PLAN_48,
+        proposed_by="U0BEN",
+        channel="C0OPS",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+        fingerprint="sha256:feed",
+        requested={"kind": "size", "value": 48},
+    )
+    return proposal.revision_id
+
+
+def _ready(store: Store, host: str = "kimi-01", seconds: float = 640.0) -> int:
+    revision_id = _propose(store, host)
+    store.record_apply(revision_id, "U0ANA")
+    store.record_outcome(revision_id, "ready", startup_seconds=seconds)
+    return revision_id
+
+
+def _counts(store: Store) -> dict[str, int]:
+    with store.engine.connect() as conn:
+        return {
+            table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
+            for table in Base.metadata.sorted_tables
+        }
+
+
+def test_proposal_and_revision_read_back_exactly(store: Store, clock: TickingClock) -> None:
+    """A proposal and its revision come back with every field as written, instants in UTC."""
+    expires = datetime(2026, 2, 24, 13, 15, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    proposal = store.record_proposal(
+        "kimi-01",
+        SIZE_48,
+        PLAN_48,
+        proposed_by="U0BEN",
+        channel="C0OPS",
+        expires_at=expires,
+        fingerprint="sha256:feed",
+        requested={"kind": "size", "value": 48, "raw": "resize size 48"},
+    )
+    assert proposal.expires_at == expires
+    assert proposal.expires_at.tzinfo == UTC
+    assert proposal.requested == {"kind": "size", "value": 48, "raw": "resize size 48"}
+    assert proposal.message_ts is None
+    attached = store.attach_proposal_message(proposal.id, "1771930800.000100")
+    assert store.proposal_by_message("C0OPS", "1771930800.000100") == attached
+    assert store.proposal_for_revision(proposal.revision_id) == attached
+
+    revision = store.revision(proposal.revision_id)
+    assert revision.host == "kimi-01"
+    assert revision.settings == SIZE_48
+    assert revision.plan == PLAN_48
+    assert revision.plan.per_rank_gb == HOST_TOKENS * BYTES_PER_TOKEN / 1e9
+    assert revision.proposed_by == "U0BEN"
+    assert revision.proposed_at == datetime(2026, 2, 24, 11, 0, 1, tzinfo=UTC)
+    assert revision.outcome is Outcome.PROPOSED
+    assert (revision.applied_by, revision.applied_at, revision.finished_at) == (None, None, None)
+
+
+def test_apply_then_ready_keeps_who_when_and_figures(store: Store) -> None:
+    """Apply then ready records the applier, the times and the capacity the start reached."""
+    revision_id = _propose(store)
+    applied_at = datetime(2026, 2, 24, 11, 18, 37, tzinfo=UTC)
+    applied = store.record_apply(revision_id, "U0ANA", at=applied_at)
+    assert (applied.outcome, applied.applied_by, applied.applied_at) == (
+        Outcome.APPLIED, "U0ANA", applied_at,
+    )  # fmt: skip
+    ready_at = applied_at + timedelta(minutes=11, seconds=2)
+    ready = store.record_outcome(
+        revision_id,
+        Outcome.READY,
+        at=ready_at,
+        startup_seconds=662.25,
+        device_tokens=231_120,
+        host_gb_per_rank=PER_RANK_GB,
+        host_tokens_per_rank=HOST_TOKENS,
+    )
+    assert ready == store.revision(revision_id)
+    assert ready.outcome is Outcome.READY
+    assert ready.finished_at == ready_at
+    assert (ready.startup_seconds, ready.device_tokens) == (662.25, 231_120)
+    assert (ready.host_gb_per_rank, ready.host_tokens_per_rank) == (PER_RANK_GB, HOST_TOKENS)
+    assert ready.proposed_by == "U0BEN"
+
+
+def test_failure_then_automatic_rollback(store: Store) -> None:
+    """A failed start keeps its log lines; the rollback copies the last ready config and links."""
+    good = _ready(store)
+    bad = _propose(store, settings=RATIO_4)
+    store.record_apply(bad, "U0ANA")
+    lines = [
+        "[2026-02-24 11:29:03 TP3] Scheduler hit an exception: Traceback ...",
+        "ValueError: Not enough host memory available. Requesting 300.00 GB but only have "
+        "437.12 GB free. Please reduce the size of the hierarchical cache.",
+    ]
+    failed = store.record_outcome(bad, "failed", failure_kind="host_ram", failure_lines=lines)
+    assert (failed.failure_kind, failed.failure_lines) == ("host_ram", tuple(lines))
+
+    rollback = store.record_rollback(bad, good)
+    assert rollback.outcome is Outcome.APPLIED
+    assert (rollback.rollback_of, rollback.returned_to) == (bad, good)
+    assert rollback.settings == SIZE_48
+    assert rollback.plan == PLAN_48
+    assert (rollback.proposed_by, rollback.applied_by) == (None, None)
+    undone = store.revision(bad)
+    assert undone.outcome is Outcome.ROLLED_BACK
+    assert undone.failure_lines == tuple(lines)
+    store.record_outcome(rollback.id, "ready", startup_seconds=600.0)
+    assert store.last_ready_revision("kimi-01") == store.revision(rollback.id)
+
+
+def test_recording_the_same_outcome_twice_keeps_the_first(store: Store) -> None:
+    """A resumed watcher re-recording 'ready' changes nothing already on record."""
+    revision_id = _propose(store)
+    store.record_apply(revision_id, "U0ANA")
+    assert store.record_apply(revision_id, "U0OTHER").applied_by == "U0ANA"
+    first = store.record_outcome(revision_id, "ready", startup_seconds=640.0)
+    again = store.record_outcome(revision_id, "ready", startup_seconds=999.0)
+    assert again == first
+
+
+def test_impossible_transition_is_refused_and_changes_nothing(store: Store) -> None:
+    """A ready revision cannot be cancelled: the error says what it can become."""
+    revision_id = _ready(store)
+    before = store.revision(revision_id)
+    with pytest.raises(InputError, match=r"'ready'; it cannot become 'cancelled'.*rolled_back"):
+        store.record_outcome(revision_id, "cancelled")
+    assert store.revision(revision_id) == before
+
+
+def test_history_is_newest_first_per_host_and_limited(store: Store) -> None:
+    """history() lists a host's revisions newest first, at most ``limit`` of them."""
+    first = _propose(store, "kimi-01")
+    _propose(store, "kimi-02")
+    second = _propose(store, "kimi-01")
+    third = _propose(store, "kimi-01")
+    assert [r.id for r in store.history("kimi-01", 10)] == [third, second, first]
+    assert [r.id for r in store.history("kimi-01", 2)] == [third, second]
+    assert len(store.history(None, 10)) == 4
+    assert store.history("nowhere", 5) == []
+
+
+def test_startup_durations_for_eta(store: Store) -> None:
+    """Starts that became ready give their seconds with the host GB per rank they pinned."""
+    planned_only = _ready(store, seconds=600.0)
+    reached = _propose(store)
+    store.record_apply(reached, "U0ANA")
+    store.record_outcome(reached, "ready", startup_seconds=900.5, host_gb_per_rank=44.77)
+    failed = _propose(store)
+    store.record_apply(failed, "U0ANA")
+    store.record_outcome(failed, "failed", startup_seconds=120.0, failure_kind="host_ram")
+    durations = store.startup_durations("kimi-01")
+    assert [(d.revision_id, d.seconds, d.host_gb_per_rank) for d in durations] == [
+        (reached, 900.5, 44.77),
+        (planned_only, 600.0, PER_RANK_GB),
+    ]
+    assert store.last_ready_revision("kimi-02") is None
+
+
+def test_operation_events_are_idempotent_and_resumable(store: Store) -> None:
+    """Replayed events are stored once; the resume point is the highest seq received."""
+    revision_id = _propose(store)
+    op = store.record_operation(
+        "kimi-01", "op-7f3a", "resize", channel="C0OPS", revision_id=revision_id
+    )
+    assert op.last_event_seq == 0
+    assert store.unfinished_operations() == [op]
+    at = datetime(2026, 2, 24, 11, 20, tzinfo=UTC)
+    batch = [
+        OperationEvent(seq, at + timedelta(seconds=seq), "loading_weights",
+                       f"loading weights {seq}/64 shards", progress=seq / 64,
+                       data={"shard": seq, "shards": 64})
+        for seq in range(1, 21)
+    ]  # fmt: skip
+    assert store.append_events(op.id, batch) == 20
+    assert store.append_events(op.id, batch) == 0
+    assert store.append_events(op.id, [*batch[15:], *_more(at, 21, 25)]) == 5
+    assert store.operation_resume_point(op.id) == 25
+    events = store.operation_events(op.id)
+    assert [e.seq for e in events] == list(range(1, 26))
+    assert events[16] == batch[16]
+    assert [e.seq for e in store.operation_events(op.id, after_seq=23)] == [24, 25]
+
+    updated = store.update_operation(op.id, message_ts="1771931000.000200", state="starting")
+    assert (updated.message_ts, updated.state) == ("1771931000.000200", "starting")
+    done = store.finish_operation(op.id, "succeeded", at=at + timedelta(minutes=11))
+    assert done.finished_at == at + timedelta(minutes=11)
+    assert store.finish_operation(op.id, "failed") == done
+    assert store.unfinished_operations() == []
+    assert store.operation_by_agent_id("kimi-01", "op-7f3a") == done
+
+
+def _more(at: datetime, first: int, last: int) -> list[OperationEvent]:
+    return [OperationEvent(s, at, "kv_pool", "KV pool") for s in range(first, last + 1)]
+
+
+def test_recording_an_operation_twice_returns_the_first(store: Store) -> None:
+    """A restarted bot recording the same agent operation gets the stored row back."""
+    first = store.record_operation("kimi-01", "op-1", "restart")
+    assert store.record_operation("kimi-01", "op-1", "restart", state="other") == first
+    assert store.record_operation("kimi-02", "op-1", "restart").id != first.id
+
+
+def test_refusals_record_who_what_why(store: Store) -> None:
+    """Refusals, including an unauthorized user's, are kept with the revision they concern."""
+    revision_id = _propose(store)
+    denied = store.record_refusal(
+        "U0MALLORY", "apply proposal 1", "U0MALLORY may not apply changes on kimi-01",
+        host="kimi-01", channel="C0OPS", revision_id=revision_id,
+    )  # fmt: skip
+    plan = store.record_refusal("U0BEN", "resize size 300", "8 x 300 GB = 2400 GB > 399 GB")
+    assert store.refusals() == [plan, denied]
+    assert store.refusals(user_id="U0MALLORY") == [denied]
+    assert denied.revision_id == revision_id
+    assert store.refusals(host="kimi-01")[0].reason == "U0MALLORY may not apply changes on kimi-01"
+
+
+def test_capacity_samples_time_range(store: Store) -> None:
+    """Samples of one host come back oldest first within [since, until), every figure intact."""
+    t0 = datetime(2026, 2, 24, 12, tzinfo=UTC)
+    samples = [
+        CapacitySample(
+            "kimi-01", t0 + timedelta(minutes=5 * i), ram_total_bytes=449 * 10**9,
+            ram_available_bytes=80 * 10**9 + i, hicache_host_bytes=RANKS * HOST_TOKENS *
+            BYTES_PER_TOKEN, device_tokens=231_120, host_tokens=HOST_TOKENS, token_usage=0.97,
+            queued_requests=80, running_requests=50, cache_hit_rate=0.125,
+            gpus=({"index": 0, "used_bytes": 94_510_000_000},),
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    for sample in samples:
+        store.add_capacity_sample(sample)
+    store.add_capacity_sample(CapacitySample("kimi-02", t0))
+    got = store.capacity_samples("kimi-01", t0 + timedelta(minutes=5), t0 + timedelta(minutes=15))
+    assert got == samples[1:3]
+    assert store.capacity_samples("kimi-02", t0) == [CapacitySample("kimi-02", t0)]
+
+
+def test_report_schedules_crud(store: Store) -> None:
+    """Schedules are created, found due, moved, disabled and deleted."""
+    t0 = datetime(2026, 2, 25, 9, tzinfo=UTC)
+    daily = store.add_schedule("C0OPS", "daily 09:00", t0, "U0ANA", host="kimi-01")
+    hourly = store.add_schedule("C0OTHER", "every 1h", t0 + timedelta(minutes=30), "U0BEN")
+    assert store.due_schedules(t0) == [daily]
+    moved = store.update_schedule(daily.id, next_run_at=t0 + timedelta(days=1))
+    assert store.due_schedules(t0 + timedelta(hours=1)) == [hourly]
+    off = store.update_schedule(hourly.id, enabled=False)
+    assert store.schedules(enabled_only=True) == [moved]
+    assert store.schedules(channel="C0OTHER") == [off]
+    store.delete_schedule(daily.id)
+    with pytest.raises(NotFound):
+        store.schedule(daily.id)
+
+
+def test_deleting_an_operation_deletes_its_events(store: Store) -> None:
+    """ON DELETE CASCADE on events is live, so foreign keys are enforced on app connections."""
+    op = store.record_operation("kimi-01", "op-1", "restart")
+    store.append_events(op.id, _more(datetime(2026, 2, 24, tzinfo=UTC), 1, 3))
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM operations WHERE id = :id"), {"id": op.id})
+    assert _counts(store)["operation_events"] == 0
+
+
+def test_a_revision_with_an_operation_cannot_be_deleted(store: Store) -> None:
+    """ON DELETE RESTRICT keeps an applied revision while an operation points at it."""
+    revision_id = _propose(store)
+    store.record_operation("kimi-01", "op-1", "resize", revision_id=revision_id)
+    # pg8000 reports a foreign key violation as ProgrammingError, sqlite3 as IntegrityError.
+    with (
+        pytest.raises((IntegrityError, ProgrammingError), match=r"(?i)foreign key"),
+        store.engine.begin() as conn,
+    ):
+        conn.execute(text("DELETE FROM revisions WHERE id = :id"), {"id": revision_id})
+    assert store.revision(revision_id).id == revision_id
+
+
+def test_store_refuses_a_database_that_is_not_migrated(db_url: str) -> None:
+    """Opening a store on an empty database says to run `kimi-ops db upgrade`."""
+    with pytest.raises(MigrationError, match="kimi-ops db upgrade"):
+        Store(db_url)
+
+
+NAIVE = datetime(2026, 2, 24, 11, 0)
+AWARE = datetime(2026, 2, 24, 11, 0, tzinfo=UTC)
+BAD_INPUT: list[tuple[str, Callable[[Store, int], Any], type[Exception], str]] = [
+    ("unknown outcome", lambda s, r: s.record_outcome(r, "exploded"), InputError,
+     "outcome 'exploded' is not known"),
+    ("empty host", lambda s, r: s.record_revision(" ", SIZE_48, PLAN_48, proposed_by="U1"),
+     InputError, "host is empty"),
+    ("naive time", lambda s, r: s.record_apply(r, "U0ANA", at=NAIVE), InputError,
+     "has no time zone"),
+    ("NaN ratio", lambda s, r: s.record_revision(
+        "kimi-01", HiCacheSettings(True, ratio=float("nan")), PLAN_48, proposed_by="U1"),
+     InputError, "hicache ratio is nan"),
+    ("NaN in plan JSON", lambda s, r: s.record_revision(
+        "kimi-01", SIZE_48, PlanSummary(1.0, 8.0, 1, "fits", "", {"x": float("inf")}),
+        proposed_by="U1"), InputError, "NaN or infinity"),
+    ("int key in JSON", lambda s, r: s.record_revision(
+        "kimi-01", SIZE_48, PlanSummary(1.0, 8.0, 1, "fits", "", {"by_rank": {0: 1}}),
+        proposed_by="U1"), InputError, "JSON keys must be strings"),
+    ("NUL in text", lambda s, r: s.record_refusal("U1", "apply\x00", "no"), InputError,
+     "NUL character"),
+    ("negative startup", lambda s, r: s.record_outcome(r, "failed", startup_seconds=-1),
+     InputError, "startup seconds is -1"),
+    ("failure lines on ready", lambda s, r: s.record_outcome(r, "ready", failure_lines=["x"]),
+     InputError, "belong to 'failed'"),
+    ("unknown revision", lambda s, r: s.record_apply(r + 1000, "U0ANA"), NotFound,
+     f"no revision {1000 + 1}"),
+    ("expiry before proposal", lambda s, r: s.record_proposal(
+        "kimi-01", SIZE_48, PLAN_48, proposed_by="U1", channel="C1", expires_at=AWARE,
+        fingerprint="f", requested={}), InputError, "is not after the proposal time"),
+    ("event seq 0", lambda s, r: s.append_events(
+        s.record_operation("kimi-01", "op-x", "restart").id,
+        [OperationEvent(1, AWARE, "p", "m"), OperationEvent(0, AWARE, "p", "m")]),
+     InputError, "event seq is 0"),
+    ("usage above 1", lambda s, r: s.add_capacity_sample(
+        CapacitySample("kimi-01", AWARE, token_usage=97.0)), InputError, "token usage is 97.0"),
+    ("tokens beyond bigint", lambda s, r: s.record_outcome(r, "failed", device_tokens=2**63),
+     InputError, "device tokens is"),
+    ("rollback across hosts", lambda s, r: s.record_revision(
+        "kimi-02", SIZE_48, PLAN_48, proposed_by="U1", returned_to=r), InputError,
+     "a rollback stays on its host"),
+    ("history limit 0", lambda s, r: s.history("kimi-01", 0), InputError,
+     "history limit is 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [case[1:] for case in BAD_INPUT],
+    ids=[case[0] for case in BAD_INPUT],
+)
+def test_bad_input_gets_a_clear_error_and_changes_nothing(
+    store: Store, call: Callable[[Store, int], Any], error: type[Exception], message: str
+) -> None:
+    """Each bad value raises its specific error naming the value, and no table changes."""
+    revision_id = _propose(store)
+    store.record_apply(revision_id, "U0ANA")
+    before = (_counts(store), store.revision(revision_id))
+    with pytest.raises(error, match=re.escape(message)):
+        call(store, revision_id)
+    # The event-seq case records an operation first; only that row may be new.
+    counts, revision = _counts(store), store.revision(revision_id)
+    counts["operations"] = before[0]["operations"]
+    assert (counts, revision) == before
