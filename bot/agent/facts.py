@@ -1,0 +1,404 @@
+"""The agent's facts: one snapshot of host and server, the ``/v1/status`` body, and plans on it.
+
+Everything is read fresh per call (probe, server control, the SGLang client, the agent's state are
+cheap to ask), so a plan is always made on what the host looks like now. A failing source does
+not fail the snapshot: its part is left empty and the reason is listed in ``problems``; only a
+plan, which cannot be made without host RAM or the server's command line, raises.
+
+The fingerprint names the facts a proposal depends on: the HiCache flags of the command line, the
+server's pid and start time, and its SGLang version. A proposal made on one fingerprint is stale
+once any of them changed (the server restarted, someone edited the flags)::
+
+    fingerprint_of(HiCacheSetting(enabled=True, ratio=2.0), pid=4242, started_at=1767000000.5,
+                   version="0.5.9")
+    -> "3f1c0a9e5d7b2c41"   (16 hex digits of a SHA-256)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot.agent._api_status import status_body
+from bot.agent.cmdline import HiCacheSetting, Topology, read_hicache, read_topology
+from bot.agent.config import AgentSettings
+from bot.agent.probe import GpuFacts, HostProbe, RamFacts
+from bot.clock import Clock
+from bot.errors import KimiOpsError, PlanInputError, ProbeError
+from bot.planner import (
+    DEFAULT_SGLANG_VERSION,
+    GB,
+    ChangeRequest,
+    DevicePool,
+    GiB,
+    HostMemory,
+    Plan,
+    ServerFacts,
+    SGLangVersion,
+    StartSample,
+    host_pool_for_ratio,
+    host_pool_for_size,
+    make_plan,
+)
+
+__all__ = [
+    "Capacity",
+    "FactsService",
+    "HostSnapshot",
+    "ServerState",
+    "fingerprint_of",
+    "local_ranks",
+]
+
+
+class _ProcessState(Protocol):
+    """What facts read of ``ServerControl.status()``."""
+
+    @property
+    def state(self) -> str: ...  # active | activating | inactive | failed
+
+    @property
+    def main_pid(self) -> int | None: ...
+
+    @property
+    def started_at(self) -> float | None: ...  # epoch seconds
+
+
+class _Control(Protocol):
+    def read_command(self) -> list[str]: ...
+
+    def status(self) -> _ProcessState: ...
+
+
+class _SGLang(Protocol):
+    def health(self) -> int | None: ...
+
+    def server_info(self) -> dict[str, Any] | None: ...
+
+
+class _State(Protocol):
+    def startup_samples(self) -> list[StartSample]: ...
+
+    def last_start_capacity(self) -> tuple[int, float | None, int | None, float | None] | None: ...
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """The server as seen now: ``state`` is running | starting | stopped | failed (or unknown
+    when the control backend could not tell)."""
+
+    state: str
+    health_code: int | None = None
+    version: str | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    uptime_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """KV capacity per rank: the device pool and the HiCache host pool. ``source`` says where the
+    device figures came from: "server_info", "last_start" or None (unknown)."""
+
+    device_tokens: int | None = None
+    kv_bytes_per_token: float | None = None
+    host_tokens_per_rank: int | None = None
+    host_gb_per_rank: float | None = None
+    ranks: int | None = None
+    page_size: int = 1
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """One reading of host and server; ``None`` parts could not be read (see ``problems``)."""
+
+    host: str
+    backend: str
+    probe: str
+    server: ServerState
+    command: tuple[str, ...] | None
+    hicache: HiCacheSetting | None
+    topology: Topology | None
+    capacity: Capacity
+    ram: RamFacts | None
+    server_held_bytes: int
+    gpus: GpuFacts
+    fingerprint: str
+    problems: tuple[str, ...] = ()
+    errors: tuple[KimiOpsError, ...] = field(default=(), repr=False, compare=False)
+
+
+def fingerprint_of(
+    hicache: HiCacheSetting | None, pid: int | None, started_at: float | None, version: str | None
+) -> str:
+    """16 hex digits naming the HiCache flags, the server's pid and start time, and its version."""
+    effective = None if hicache is None else hicache.effective()
+    payload = {
+        "hicache": None
+        if effective is None
+        else [effective.enabled, effective.ratio, effective.size_gb],
+        "pid": pid,
+        # psutil and systemd give start times to different precisions; 10 ms tells restarts apart.
+        "started_at": None if started_at is None else round(started_at, 2),
+        "version": version,
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+def local_ranks(topology: Topology) -> int:
+    """Scheduler processes on this host, each with its own host pool: TP x PP x DP, where DP
+    attention splits the TP ranks instead of replicating them, divided over the nodes."""
+    dp = 1 if topology.dp_attention else topology.dp
+    return max(1, topology.tp * topology.pp * dp // max(1, topology.nnodes))
+
+
+_STATES = {"active": "running", "activating": "starting", "inactive": "stopped", "failed": "failed"}
+
+
+class FactsService:
+    """Host and server facts for status and plans. Safe to call from several threads."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        probe: HostProbe,
+        control: _Control,
+        sglang: _SGLang,
+        state: _State,
+        clock: Clock,
+    ) -> None:
+        self._settings = settings
+        self._probe = probe
+        self._control = control
+        self._sglang = sglang
+        self._state = state
+        self._clock = clock
+        # The version is only served while the server answers; remember it per server instance
+        # so a busy /server_info does not change the fingerprint (and void every proposal).
+        self._versions: dict[tuple[int, float | None], str] = {}
+        self._lock = threading.Lock()
+
+    # -- the snapshot ------------------------------------------------------------------------
+
+    def snapshot(self) -> HostSnapshot:
+        """Read everything once. Never raises for a failing source; see ``problems``."""
+        errors: list[KimiOpsError] = []
+        command, hicache, topology = self._command(errors)
+        server, info = self._server(errors)
+        ram = self._ram(errors)
+        held = 0
+        if server.pid is not None:
+            try:
+                held = self._probe.process_tree_rss(server.pid)
+            except ProbeError as exc:
+                errors.append(exc)
+        gpus = self._gpus(errors)
+        capacity = self._capacity(info, hicache, topology, errors)
+        return HostSnapshot(
+            host=self._settings.host_name,
+            backend=self._settings.backend,
+            probe=self._settings.probe,
+            server=server,
+            command=command,
+            hicache=hicache,
+            topology=topology,
+            capacity=capacity,
+            ram=ram,
+            server_held_bytes=held,
+            gpus=gpus,
+            fingerprint=fingerprint_of(hicache, server.pid, server.started_at, server.version),
+            problems=tuple(str(error) for error in errors),
+            errors=tuple(errors),
+        )
+
+    def _command(
+        self, errors: list[KimiOpsError]
+    ) -> tuple[tuple[str, ...] | None, HiCacheSetting | None, Topology | None]:
+        try:
+            argv = self._control.read_command()
+            return tuple(argv), read_hicache(argv), read_topology(argv)
+        except KimiOpsError as exc:
+            errors.append(exc)
+            return None, None, None
+
+    def _server(self, errors: list[KimiOpsError]) -> tuple[ServerState, dict[str, Any] | None]:
+        try:
+            process = self._control.status()
+        except KimiOpsError as exc:
+            errors.append(exc)
+            return ServerState(state="unknown"), None
+        alive = process.state in ("active", "activating")
+        pid = process.main_pid if alive else None
+        started_at = process.started_at if alive else None
+        health = self._sglang.health() if alive else None
+        info = self._sglang.server_info() if alive and health is not None else None
+        key = (pid or 0, started_at)
+        version = info.get("version") if info is not None else None
+        with self._lock:
+            if isinstance(version, str) and pid is not None:
+                self._versions = {key: version}  # only the current instance is worth keeping
+            elif pid is not None:
+                version = self._versions.get(key)
+            else:
+                version = None
+        state = _STATES.get(process.state, "unknown")
+        if state == "running" and health != 200:
+            state = "starting"
+        uptime = None
+        if started_at is not None:
+            uptime = round(max(0.0, self._clock.now().timestamp() - started_at), 1)
+        return (
+            ServerState(
+                state=state,
+                health_code=health,
+                version=version if isinstance(version, str) else None,
+                pid=pid,
+                started_at=started_at,
+                uptime_s=uptime,
+            ),
+            info,
+        )
+
+    def _ram(self, errors: list[KimiOpsError]) -> RamFacts | None:
+        try:
+            return self._probe.ram()
+        except KimiOpsError as exc:
+            errors.append(exc)
+            return None
+
+    def _gpus(self, errors: list[KimiOpsError]) -> GpuFacts:
+        try:
+            return self._probe.gpus()
+        except KimiOpsError as exc:
+            errors.append(exc)
+            return GpuFacts(available=False, reason=str(exc))
+
+    def _capacity(
+        self,
+        info: dict[str, Any] | None,
+        hicache: HiCacheSetting | None,
+        topology: Topology | None,
+        errors: list[KimiOpsError],
+    ) -> Capacity:
+        ranks = None if topology is None else local_ranks(topology)
+        page_size = _page_size(info, topology)
+        tokens, per_token = _device_from_info(info)
+        source = "server_info" if tokens is not None else None
+        host_tokens: int | None = None
+        host_gb: float | None = None
+        try:
+            recorded = self._state.last_start_capacity()
+        except KimiOpsError as exc:
+            errors.append(exc)
+            recorded = None
+        if recorded is not None:
+            rec_tokens, rec_per_token, rec_host_tokens, rec_host_gb = recorded
+            if tokens is None and rec_tokens:
+                tokens, per_token, source = int(rec_tokens), rec_per_token, "last_start"
+            host_tokens, host_gb = rec_host_tokens or None, rec_host_gb or None
+        if host_gb is None and hicache is not None and hicache.enabled:
+            # No record of a start: size the pool from the flags, as SGLang will.
+            pool = DevicePool(tokens=tokens, bytes_per_token=per_token)
+            effective = hicache.effective()
+            size = (
+                host_pool_for_size(effective.size_gb, pool, page_size)
+                if effective.size_gb is not None
+                else host_pool_for_ratio(effective.ratio or 0.0, pool, page_size)
+            )
+            if size is not None:
+                host_tokens, host_gb = size.tokens, round(size.bytes / GB, 2)
+        return Capacity(
+            device_tokens=tokens,
+            kv_bytes_per_token=None if per_token is None else round(per_token, 1),
+            host_tokens_per_rank=host_tokens,
+            host_gb_per_rank=host_gb,
+            ranks=ranks,
+            page_size=page_size,
+            source=source,
+        )
+
+    # -- status and plans --------------------------------------------------------------------
+
+    def status(self, operation: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ``/v1/status`` body; ``operation`` is the running operation's JSON, if any."""
+        return status_body(self.snapshot(), operation)
+
+    def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
+        """The planner's Plan for ``request`` on facts read now, and their fingerprint.
+
+        Raises the probe's or the backend's error when host RAM or the command line is unknown.
+        """
+        snap = self.snapshot()
+        return self.plan_on(snap, request), snap.fingerprint
+
+    def plan_on(self, snap: HostSnapshot, request: ChangeRequest) -> Plan:
+        """The Plan for ``request`` on an existing snapshot."""
+        if snap.ram is None or snap.topology is None or snap.hicache is None:
+            raise next(iter(snap.errors), KimiOpsError("host facts are incomplete"))
+        capacity = snap.capacity
+        memory = HostMemory(
+            available_bytes=snap.ram.available_bytes,
+            server_held_bytes=snap.server_held_bytes,
+            cgroup_limit_bytes=snap.ram.cgroup_limit_bytes,
+        )
+        server = ServerFacts(
+            ranks=capacity.ranks or 1,
+            device_pool=DevicePool(
+                tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token
+            ),
+            page_size=capacity.page_size,
+            version=_version(snap.server.version),
+            host_tokens_per_rank_now=capacity.host_tokens_per_rank,
+            radix_cache_disabled=snap.topology.disable_radix_cache,
+        )
+        history: Sequence[StartSample] = self._state.startup_samples()
+        return make_plan(
+            request, server, memory, headroom_gb=self._settings.headroom_gb, history=history
+        )
+
+
+def _version(text: str | None) -> SGLangVersion:
+    if text is None:
+        return DEFAULT_SGLANG_VERSION
+    try:
+        return SGLangVersion.parse(text)
+    except PlanInputError:
+        # A dev build's version string ("0.5.9+cu128.dirty") is still that era's SGLang.
+        return DEFAULT_SGLANG_VERSION
+
+
+def _page_size(info: dict[str, Any] | None, topology: Topology | None) -> int:
+    value = None if info is None else info.get("page_size")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if topology is not None and topology.page_size is not None and topology.page_size >= 1:
+        return topology.page_size
+    return 1
+
+
+def _device_from_info(info: dict[str, Any] | None) -> tuple[int | None, float | None]:
+    """(device tokens, KV bytes per token) from ``/server_info``.
+
+    ``{"max_total_num_tokens": 159274, "internal_states": [{"memory_usage": {"kvcache": 10.42}}]}``
+    gives (159274, 10.42 GiB / 159274 = 70247.4 B): the GiB are rounded to two decimals, so the
+    figure is within 0.05% of the model's 70,272 B.
+    """
+    if info is None:
+        return None, None
+    tokens = info.get("max_total_num_tokens")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+        return None, None
+    per_token: float | None = None
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        usage = states[0].get("memory_usage")
+        kv = usage.get("kvcache") if isinstance(usage, dict) else None
+        if isinstance(kv, int | float) and not isinstance(kv, bool) and kv > 0:
+            per_token = kv * GiB / tokens
+    return tokens, per_token
