@@ -138,15 +138,16 @@ class FailureTracker:
             changed = True
             host_line = self._host_line_of_killed(message)
             if kind is FailureKind.OOM_KILLED and host_line is not None:
-                changed |= self._keep(host_line, host_line)
+                # The pool line was logged before any failure line: it goes first.
+                changed |= self._keep(host_line, host_line, first=True)
         changed |= self._keep(message, line)
         if not changed or self.kind is None:
             return None
         return FailureSeen(kind=self.kind, lines=tuple(self._lines), at=at)
 
-    def _keep(self, message: str, line: str) -> bool:
+    def _keep(self, message: str, line: str, first: bool = False) -> bool:
         if message in self._messages or len(self._lines) >= MAX_DECISIVE_LINES:
             return False
         self._messages.add(message)
-        self._lines.append(line)
+        self._lines.insert(0 if first else len(self._lines), line)
         return True
