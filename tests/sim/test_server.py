@@ -293,7 +293,8 @@ def test_metrics_and_synthetic_load(run_sim: Callable[..., Sim], sim_env: dict[s
         in text
     )
     running = re.search(r"sglang:num_running_reqs\{[^}]*\} (\S+)", text)
-    assert running and float(running.group(1)) > 0
+    assert running
+    assert float(running.group(1)) > 0
     assert re.search(
         r"\[\S+ \S+ TP0\] Decode batch, #running-req: \d+, #token: \d+, token usage: "
         r"\d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, "
