@@ -1,0 +1,154 @@
+"""``kimi-ops agent --config FILE``: run the agent on a GPU host.
+
+Loads ``[agent]`` (the file from ``--config`` or ``KIMI_OPS_CONFIG``, the token from the variable
+``token_env`` names), re-attaches to an operation an earlier run left unfinished, and serves the
+HTTP API with uvicorn on ``listen``. With port 0 the OS picks a free port; the agent logs::
+
+    kimi-ops agent: listening on http://127.0.0.1:40123
+
+and writes the same URL to ``<state_dir>/agent.addr`` so scripts, tests and the demo find it.
+SIGTERM or SIGINT stops serving, then stops watching (the SGLang server keeps running) and exits 0.
+The token is never logged: settings hold it as a ``Secret``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from bot.agent.api import create_app
+from bot.agent.config import AgentSettings, load_agent_settings
+from bot.agent.service import build_service
+from bot.errors import ConfigError
+from bot.settings import CONFIG_ENV, find_config_path
+
+__all__ = ["ADDR_FILE", "configure", "run"]
+
+ADDR_FILE = "agent.addr"
+log = logging.getLogger("bot.agent")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"the kimi-ops TOML file (default: ${CONFIG_ENV}); its [agent] section is used",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="log verbosity (default info)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    environ = dict(os.environ)
+    settings = load_agent_settings(find_config_path(args.config, environ), environ)
+    service = build_service(settings, environ)
+    try:
+        service.resume()
+        app = create_app(service)
+        config = uvicorn.Config(
+            app,
+            log_config=None,  # keep our logging; uvicorn's access lines carry no headers
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+            server_header=False,
+        )
+        server = _Server(config, settings, app.state.stopping)
+        sock = _bind(settings.listen_host, settings.listen_port)
+        server.run(sockets=[sock])
+    finally:
+        service.close()
+    log.info("kimi-ops agent: stopped")
+    return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one), before uvicorn takes it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        raise ConfigError(f"[agent] listen {host}:{port} cannot be bound: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _write_addr(state_dir: Path, url: str) -> None:
+    """Write the URL atomically, so a reader never sees half of it."""
+    path = state_dir / ADDR_FILE
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(url + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn that announces its real address, and exits 0 on SIGTERM.
+
+    uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process before
+    the agent closes its state; these handlers only ask it to stop.
+    """
+
+    def __init__(
+        self, config: uvicorn.Config, settings: AgentSettings, stopping: threading.Event
+    ) -> None:
+        super().__init__(config)
+        self._settings = settings
+        self._stopping = stopping
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.should_exit or not sockets:
+            return
+        host, port = sockets[0].getsockname()[:2]
+        url = _url(str(host), int(port))
+        _write_addr(self._settings.state_dir, url)
+        log.info("kimi-ops agent: listening on %s", url)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._stopping.set()  # long-polls answer now instead of holding the shutdown
+        await super().shutdown(sockets=sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        originals = {sig: signal.signal(sig, self._on_signal) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        log.info("kimi-ops agent: %s received, stopping", signal.Signals(sig).name)
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True

@@ -1,0 +1,144 @@
+"""Helpers for the agent's facts, API and CLI tests: a config for an agent driving the simulator.
+
+The agent runs the real simulator (``python -m bot.sim``) through the process backend, with
+``probe = "sim"``, so host facts are the simulated host's (the field notes' 449 GB, 8-GPU machine
+for ``kimi-k25-8gpu``). Every path is under the test's ``tmp_path`` and every port is picked free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from bot.agent.config import AgentSettings, load_agent_settings
+from tests.agent.conftest import PYTHON
+
+TOKEN = "t0ken-for-tests-7f3a9c"
+TOKEN_ENV = "KIMI_AGENT_TOKEN"
+KIMI = "kimi-k25-8gpu"
+SMALL = "small-2gpu"
+
+
+def free_port() -> int:
+    """A port free right now (the OS picks it; nothing here uses a fixed port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)  # strings, numbers, booleans and lists read the same in TOML
+
+
+def sim_command(port: int, tp: int, *hicache: str) -> list[str]:
+    """The simulator's launch argv, SGLang style."""
+    return [
+        PYTHON,
+        "-m",
+        "bot.sim",
+        "--model-path",
+        "/models/kimi-k2.5",
+        "--tp",
+        str(tp),
+        "--port",
+        str(port),
+        *hicache,
+    ]
+
+
+def write_config(
+    tmp_path: Path,
+    profile: str = KIMI,
+    speed: float = 0.005,
+    hicache: tuple[str, ...] = ("--enable-hierarchical-cache", "--hicache-ratio", "2"),
+    probe: str = "sim",
+    **agent: Any,
+) -> Path:
+    """A kimi-ops TOML for an agent on the simulator; ``agent`` overrides ``[agent]`` keys."""
+    port = free_port()
+    tp = 8 if profile == KIMI else 2
+    sim_state = tmp_path / "sim-host"
+    keys: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "token_env": TOKEN_ENV,
+        "backend": "process",
+        "command": sim_command(port, tp, *hicache),
+        "server_url": f"http://127.0.0.1:{port}",
+        "state_dir": str(tmp_path / "agent-state"),
+        "log_file": str(tmp_path / "server.log"),
+        "probe": probe,
+        "sim_profile": profile,
+        "sim_state_dir": str(sim_state),
+        "headroom_gb": 40,
+        "stop_grace_s": 5,
+        "gpu_free_timeout_s": 20,
+        "stall_after_s": 30,
+        "hard_ceiling_s": 120,
+        "poll_interval_s": 0.05,
+        "host_name": "kimi-test",
+    }
+    keys.update(agent)
+    env = {
+        "KIMI_SIM_PROFILE": profile,
+        "KIMI_SIM_SPEED": str(speed),
+        "KIMI_SIM_STATE_DIR": str(sim_state),
+    }
+    lines = ["[agent]", *(f"{key} = {_toml(value)}" for key, value in keys.items())]
+    lines += ["", "[agent.env]", *(f"{key} = {_toml(value)}" for key, value in env.items())]
+    path = tmp_path / "kimi-ops.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def agent_settings(tmp_path: Path, **kwargs: Any) -> AgentSettings:
+    """Settings read from a config written by :func:`write_config`, token included."""
+    return load_agent_settings(write_config(tmp_path, **kwargs), {TOKEN_ENV: TOKEN})
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def tree_listing(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes, to show that nothing changed."""
+    out: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL (real HTTP)."""
+    config = uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start within 10 s")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -1,0 +1,210 @@
+"""Tests for the facts service: status and plans on the real simulator.
+
+The server is the simulator (``python -m bot.sim``) started by the real process backend; host
+facts come from the simulator's profile through ``probe = "sim"`` (the field notes' 449 GB host
+with 8 GPUs), so the figures are the field notes' own. Expected numbers are computed here from
+SGLANG_FACTS.md's formulas and the profile, not by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bot.agent.cmdline import HiCacheSetting, Topology
+from bot.agent.config import AgentSettings
+from bot.agent.control import ServerControl, make_control
+from bot.agent.facts import FactsService, fingerprint_of, local_ranks
+from bot.agent.probe import make_probe
+from bot.agent.sglang_client import SGLangClient
+from bot.agent.state import AgentState
+from bot.clock import SystemClock
+from bot.errors import BackendError
+from bot.planner import ChangeRequest
+from tests.agent._api_helpers import SMALL, agent_settings
+from tests.agent.conftest import wait_until
+
+GB = 1e9
+GIB = 1024**3
+# The kimi-k25-8gpu profile (bot/sim/profiles): 449 GB total, 445 GB available, 8 x 96 GiB,
+# 159,274 device tokens at the default mem fraction 0.88, 70,272 KV bytes per token (MLA).
+DEVICE_TOKENS = 159_274
+BYTES_PER_TOKEN = 70_272
+RESERVE_GB = 10 * GIB / GB
+
+
+@dataclass
+class Rig:
+    settings: AgentSettings
+    control: ServerControl
+    facts: FactsService
+    state: AgentState
+
+    def start(self) -> None:
+        """Start the simulator and wait (bounded) until /health answers 200."""
+        self.control.start()
+        client = SGLangClient(self.settings.server_url)
+        try:
+            wait_until(lambda: client.health() == 200, timeout_s=60)
+        finally:
+            client.close()
+
+
+def _rig(settings: AgentSettings) -> tuple[Rig, SGLangClient]:
+    clock = SystemClock()
+    control = make_control(settings, clock)
+    sglang = SGLangClient(settings.server_url)
+    state = AgentState(settings.state_dir)
+    facts = FactsService(settings, make_probe(settings), control, sglang, state, clock)
+    return Rig(settings, control, facts, state), sglang
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    """Facts for an agent on the simulated 449 GB host; the server is stopped afterwards."""
+    built, sglang = _rig(agent_settings(tmp_path))
+    yield built
+    built.control.stop(grace_s=5)
+    sglang.close()
+    built.state.close()
+
+
+def test_stopped_server_status_reports_the_simulated_host(rig: Rig) -> None:
+    """With no server running, status shows it stopped and the 449 GB, 8-GPU simulated host."""
+    body = rig.facts.status()
+    assert body["server"]["state"] == "stopped"
+    assert body["server"]["pid"] is None
+    assert body["ram"]["total_gb"] == 449.0
+    assert body["ram"]["available_gb"] == 445.0
+    assert body["ram"]["server_held_gb"] == 0.0
+    assert body["gpus"]["available"] is True
+    devices = body["gpus"]["devices"]
+    assert [gpu["index"] for gpu in devices] == list(range(8))
+    assert devices[0]["memory_total_gb"] == round(96 * GIB / GB, 2)
+    assert body["config"]["effective"] == "ratio 2 x device pool"
+    assert body["config"]["enable_hierarchical_cache"] is True
+    assert body["capacity"]["ranks"] == 8
+    assert body["capacity"]["device_tokens"] is None
+    assert body["operation"] is None
+    assert body["problems"] == []
+
+
+def test_running_server_status_reads_server_info_and_sizes_the_pool(rig: Rig) -> None:
+    """A ready server is "running" with its version, pid, device pool and host pool figures."""
+    rig.start()
+    body = rig.facts.status()
+    server = body["server"]
+    assert server["state"] == "running"
+    assert server["health_code"] == 200
+    assert server["version"] == "0.5.9"
+    assert server["pid"] == rig.control.status().main_pid
+    assert server["uptime_s"] >= 0
+    capacity = body["capacity"]
+    assert capacity["device_tokens"] == DEVICE_TOKENS
+    # /server_info gives the KV size in GiB to two decimals: within 0.05% of the model's figure.
+    assert capacity["kv_bytes_per_token"] == pytest.approx(BYTES_PER_TOKEN, rel=5e-4)
+    assert capacity["host_tokens_per_rank"] == DEVICE_TOKENS * 2 + 1
+    expected_gb = (DEVICE_TOKENS * 2 + 1) * BYTES_PER_TOKEN / GB
+    assert capacity["host_gb_per_rank"] == pytest.approx(expected_gb, rel=1e-3)
+    ram = body["ram"]
+    # What the running server holds is what its restart gives back: together, the idle host's.
+    assert ram["server_held_gb"] > 0
+    assert ram["available_gb"] + ram["server_held_gb"] == pytest.approx(445.0, abs=0.05)
+
+
+def test_fingerprint_is_stable_and_changes_with_the_server(rig: Rig) -> None:
+    """Two reads agree; a restart (new pid) and a rewritten HiCache flag each change it."""
+    rig.start()
+    first = rig.facts.snapshot().fingerprint
+    assert rig.facts.snapshot().fingerprint == first
+    rig.control.stop(grace_s=5)
+    rig.start()
+    restarted = rig.facts.snapshot().fingerprint
+    assert restarted != first
+    argv = rig.control.read_command()
+    rig.control.write_command([*argv[:-1], "4"])  # --hicache-ratio 2 -> 4
+    assert rig.facts.snapshot().fingerprint != restarted
+
+
+def test_plan_size_300_is_refused_with_the_arithmetic(rig: Rig) -> None:
+    """The field notes' 8 x 300 GB request is refused, the reason showing 2400 GB vs the budget."""
+    rig.start()
+    plan, fingerprint = rig.facts.plan(ChangeRequest(size_gb=300))
+    assert not plan.fits
+    budget = 445.0 - RESERVE_GB - 40.0
+    assert "8 ranks x 300.00 GB = 2400.0 GB" in plan.reason
+    assert f"leaves {budget:.1f} GB" in plan.reason
+    assert fingerprint == rig.facts.snapshot().fingerprint
+
+
+def test_plan_size_48_fits(rig: Rig) -> None:
+    """48 GB per rank (384 GB on 8 ranks) fits the 449 GB host, as it did in the field notes."""
+    rig.start()
+    plan, _ = rig.facts.plan(ChangeRequest(size_gb=48))
+    assert plan.fits
+    assert plan.total_gb == pytest.approx(384.0, abs=0.1)
+
+
+def test_plan_ratio_4_gives_44_77_gb_per_rank(rig: Rig) -> None:
+    """Ratio 4 on the kimi profile is ~44.77 GB per rank (not the operator's 41.6 GB)."""
+    rig.start()
+    plan, _ = rig.facts.plan(ChangeRequest(ratio=4))
+    expected = (DEVICE_TOKENS * 4 + 1) * BYTES_PER_TOKEN / GB  # 44.770 GB
+    assert plan.per_rank_gb == pytest.approx(expected, rel=1e-3)
+    assert plan.fits
+
+
+def test_gpu_facts_unavailable_on_this_machine_carry_the_reason(tmp_path: Path) -> None:
+    """With the real host probe on a machine without NVML, GPUs are unavailable with a reason."""
+    built, sglang = _rig(agent_settings(tmp_path, probe="host"))
+    try:
+        body = built.facts.status()
+    finally:
+        sglang.close()
+        built.state.close()
+    assert body["gpus"]["available"] is False
+    assert body["gpus"]["reason"]
+    assert body["gpus"]["devices"] == []
+    assert body["ram"]["total_gb"] > 0
+
+
+def test_unreadable_command_is_a_problem_in_status_and_an_error_for_plans(
+    tmp_path: Path,
+) -> None:
+    """A corrupt stored command leaves config empty with the reason, and a plan raises it."""
+    built, sglang = _rig(agent_settings(tmp_path, profile=SMALL))
+    try:
+        built.control.read_command()  # stores the command
+        (built.settings.state_dir / "command.json").write_text(json.dumps({"argv": 7}))
+        body = built.facts.status()
+        assert body["config"]["effective"] is None
+        assert any("command.json" in problem for problem in body["problems"])
+        with pytest.raises(BackendError, match=r"command\.json"):
+            built.facts.plan(ChangeRequest(ratio=4))
+    finally:
+        sglang.close()
+        built.state.close()
+
+
+def test_local_ranks_counts_scheduler_processes() -> None:
+    """TP x PP x DP ranks (DP attention splits TP instead), divided over the nodes."""
+    assert local_ranks(Topology(tp=8)) == 8
+    assert local_ranks(Topology(tp=4, dp=2)) == 8
+    assert local_ranks(Topology(tp=8, dp=8, dp_attention=True)) == 8
+    assert local_ranks(Topology(tp=16, nnodes=2)) == 8
+    assert local_ranks(Topology(tp=4, pp=2)) == 8
+
+
+def test_fingerprint_names_config_pid_start_and_version() -> None:
+    """Each input changes the fingerprint; a ratio beside a winning size does not."""
+    base = fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 10, 100.0, "0.5.9")
+    assert len(base) == 16
+    assert fingerprint_of(HiCacheSetting(True, ratio=2.0, size_gb=48), 10, 100.0, "0.5.9") == base
+    assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=44), 10, 100.0, "0.5.9") != base
+    assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 11, 100.0, "0.5.9") != base
+    assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 10, 101.0, "0.5.9") != base
+    assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 10, 100.0, "0.5.23") != base
