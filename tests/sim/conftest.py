@@ -28,13 +28,18 @@ def free_port() -> int:
 class Sim:
     """One simulator subprocess, its output captured in files (no pipe can fill up)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], folder: Path, module: str) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], folder: Path, module: str, merged: bool
+    ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.out_path = folder / "stdout.txt"
         self.err_path = folder / "stderr.txt"
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, *args], stdout=out, stderr=err, env=env
+                [sys.executable, "-m", module, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT if merged else err,
+                env=env,
             )
 
     @property
@@ -105,11 +110,16 @@ def sim_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def run_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
-    """Start simulators (``python -m bot.sim`` or another module); all are killed at teardown."""
+    """Start simulators (``python -m bot.sim`` or another module); all are killed at teardown.
+
+    ``merged=True`` sends stderr into the stdout file, as a service's log file holds both.
+    """
     started: list[Sim] = []
 
-    def start(args: list[str], env: dict[str, str], module: str = "bot.sim") -> Sim:
-        sim = Sim(args, env, tmp_path / f"run{len(started)}", module)
+    def start(
+        args: list[str], env: dict[str, str], module: str = "bot.sim", merged: bool = False
+    ) -> Sim:
+        sim = Sim(args, env, tmp_path / f"run{len(started)}", module, merged)
         started.append(sim)
         return sim
 
