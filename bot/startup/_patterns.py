@@ -21,16 +21,17 @@ EOL = re.compile(r"[\r\n]")
 #   [2026-02-24 12:00:01 TP0] Decode batch. #running-req: 80, #token: 150000, ...
 #   INFO:     127.0.0.1:45678 - "POST /generate HTTP/1.1" 200 OK
 # (the access line also comes with SGLang's "[date] " in front). Any access line except
-# /model_info, which is the warmup. An empty line (the "\n" of "\r\n") is skipped too.
+# /model_info, which is the warmup. An empty line is skipped too.
 _SKIP = (
-    r"[\r\n]|(?:\[[^\]\r\n]*\] )?"
-    r'(?:Decode batch\.|Prefill batch\.|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
+    r'(?:\[[^\]\r\n]*\] )?(?:Decode batch\.|Prefill batch\.|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
 )
-# At a line start (the text's first line).
+# At the start of a piece of a line (between "\r" and "\n" separators).
 SKIP_LINE = re.compile(_SKIP)
-# A line break followed by a line worth reading; the line starts at the match's end. The pattern
-# begins with a character class so the regex engine scans for line breaks at C speed.
-WORTH_READING = re.compile(r"[\r\n](?!" + _SKIP + r")")
+# A "\n" followed by a line worth reading; the line starts at the match's end. The pattern starts
+# with a literal so the regex engine finds candidates at memchr speed (a character class such as
+# [\r\n] is five times slower); "\r" (tqdm's refreshes, "\r\n" line ends) is split later, only
+# inside the lines this lets through.
+WORTH_READING = re.compile(r"\n(?!\n|" + _SKIP + r")")
 
 # "[2026-02-24 11:18:37 TP3] " / "[2026-02-24 11:18:37 DP1 TP3] " / "[2026-02-24 11:18:37] ";
 # some SGLang builds log the date without its year: "[01-28 04:18:10] ".

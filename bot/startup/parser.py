@@ -92,8 +92,8 @@ class StartupParser:
         """The log ended: read its last line even though no line break closed it."""
         out: list[Event] = []
         tail, self._tail, self._discarding = self._tail, "", False
-        if tail and SKIP_LINE.match(tail) is None:
-            self._line(tail, out)
+        if tail:
+            self._pieces(tail, out)
         return out
 
     def _keep_tail(self, tail: str) -> None:
@@ -112,9 +112,14 @@ class StartupParser:
                 self._read_line_at(text, start, end, out)
 
     def _read_line_at(self, text: str, start: int, end: int, out: list[Event]) -> None:
-        eol = EOL.search(text, start, end)
-        stop = end if eol is None else eol.start()
-        self._line(text[start : min(stop, start + MAX_LINE)], out)
+        stop = text.find("\n", start, end)
+        self._pieces(text[start : end if stop < 0 else stop], out)
+
+    def _pieces(self, line: str, out: list[Event]) -> None:
+        """Read each "\r"-separated piece of a line (tqdm refreshes, a "\r\n" line end)."""
+        for piece in line.split("\r") if "\r" in line else (line,):
+            if piece and SKIP_LINE.match(piece) is None:
+                self._line(piece[:MAX_LINE], out)
 
     def _line(self, line: str, out: list[Event]) -> None:
         # Ranks write to one file unsynchronised, and 0.5.23's tqdm ends its bar without a line
