@@ -1,0 +1,179 @@
+"""The operation engine against the real simulator (process backend, SimProbe, real SQLite)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from bot.errors import InputError, NotFound, OperationConflict, PlanRefused, StaleProposal
+from tests.agent._ops_fixtures import (
+    Harness,
+    free_port,
+    harness_factory,
+    phases,
+    sim_command,
+    wait_final,
+)
+
+__all__ = ["harness_factory"]
+
+pytestmark = pytest.mark.slow
+
+# small-2gpu at --mem-fraction-static 0.7: 150,000 device tokens of 35,136 B (the profile).
+DEVICE_TOKENS = 150_000
+BYTES_PER_TOKEN = 35_136
+SMALL = ("--mem-fraction-static", "0.7", "--enable-hierarchical-cache")
+
+
+def host_pool(ratio: int) -> tuple[int, float]:
+    """SGLANG_FACTS.md section 1: tokens = int(device x ratio), one extra page (page size 1)."""
+    tokens = int(DEVICE_TOKENS * ratio) // 1 + 1
+    return tokens, round(tokens * BYTES_PER_TOKEN / 1e9, 2)
+
+
+def test_resize_ratio_2_to_4_reaches_ready_with_every_phase(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """A ratio 2 -> 4 resize stops, waits, starts and follows every phase in order to ready,
+    recording the host pool per rank as logged and the new config as served."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    old_pid = harness.start_server()
+    manager = harness.manager()
+    op = manager.submit("resize", actor="ana", ratio=4)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "ready", events[-1].message
+    expected = [
+        "planned", "stopping", "waiting_gpus", "starting", "init", "load_weights", "kv_pool",
+        "cuda_graph", "host_pool", "http", "warmup", "verifying", "ready",
+    ]  # fmt: skip
+    assert phases(events) == expected
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    progress = [e.progress for e in events]
+    assert progress == sorted(progress)
+    assert progress[-1] == 1.0
+    tokens, gb = host_pool(4)
+    ready = events[-1]
+    assert ready.data["host_gb_per_rank"] == gb
+    assert ready.data["device_tokens"] == DEVICE_TOKENS
+    assert f"{gb:.2f} GB/rank" in ready.message
+    assert abs(ready.data["host_tokens_per_rank"] - tokens) <= tokens * 1e-3
+    shards = [e.data["shard"] for e in events if "shard" in e.data]
+    assert shards == sorted(shards)
+    assert shards[-1] == 4  # the small profile's four shards
+    info = harness.parts()[2].server_info()
+    assert info is not None
+    assert info["hicache_ratio"] == 4
+    assert harness.parts()[0].status().main_pid != old_pid
+    revision = manager.state.revision(final.revision or 0)
+    assert revision is not None
+    assert revision.became_ready
+    assert revision.host_gb_per_rank == gb
+    assert revision.startup_s is not None
+    assert revision.startup_s > 0
+
+
+def test_oversized_request_is_refused_before_anything_stops(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """8 x 300 GB on the simulated 449 GB host is refused with the Plan; the server keeps its pid
+    and no operation is recorded."""
+    harness = harness_factory(
+        sim_command(free_port(), "--enable-hierarchical-cache", "--hicache-ratio", "2", tp=8),
+        profile="kimi-k25-8gpu",
+        headroom_gb=40,
+    )
+    pid = harness.start_server()
+    manager = harness.manager()
+    with pytest.raises(PlanRefused) as refused:
+        manager.submit("resize", actor="ben", size_gb=300)
+    plan = refused.value.plan
+    assert plan is not None
+    assert plan.total_gb == pytest.approx(8 * 300, rel=1e-3)  # type: ignore[attr-defined]
+    assert harness.parts()[0].status().main_pid == pid
+    assert manager.recent(10) == []
+
+
+def test_start_dying_of_host_memory_rolls_back(harness_factory: Callable[..., Harness]) -> None:
+    """A size the planner allows (no headroom) but SGLang 0.5.23 refuses at start dies with the
+    host-memory ValueError, and the agent rolls back to the ready config: rolled_back, cause
+    host_memory, with the decisive line."""
+    harness = harness_factory(
+        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), version="0.5.23"
+    )
+    harness.start_server()
+    manager = harness.manager()
+    # small-2gpu: 60 GB available; 2 ranks x 24 GB fit the planner's budget without headroom,
+    # but SGLang 0.5.23 splits (available - 10 GiB) over the ranks after the new server's own
+    # RAM is taken: less than 24 GB per rank.
+    op = manager.submit("resize", actor="ana", size_gb=24)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "rolled_back", events[-1].message
+    assert final.failure is not None
+    assert final.failure["kind"] == "host_memory"
+    assert any("Not enough host memory available" in line for line in final.failure["lines"])
+    assert "rolling_back" in phases(events)
+    assert events[-1].data["cause"]["kind"] == "host_memory"
+    info = harness.parts()[2].server_info()
+    assert info is not None
+    assert info["hicache_ratio"] == 2
+    assert not info["hicache_size"]
+
+
+def test_stale_fingerprint_and_concurrent_operation_are_rejected(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """A proposal's fingerprint from other facts raises StaleProposal; a second operation while
+    one runs raises OperationConflict naming who holds it and since when."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    harness.start_server()
+    manager = harness.manager()
+    with pytest.raises(StaleProposal):
+        manager.submit("resize", actor="ana", ratio=3, fingerprint="0000000000000000")
+    assert manager.recent(10) == []
+    op = manager.submit("restart", actor="ana")
+    with pytest.raises(OperationConflict) as conflict:
+        manager.submit("resize", actor="ben", ratio=3)
+    assert conflict.value.holder == "ana"
+    assert conflict.value.since == op.created_at
+    assert wait_final(manager, op.id).state == "ready"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"kind": "explode"}, "kind"),
+        ({"kind": "resize"}, "ratio"),
+        ({"kind": "resize", "ratio": float("nan")}, "finite"),
+        ({"kind": "restart", "ratio": 2.0}, "no ratio"),
+        ({"kind": "resize", "ratio": 2.0, "actor": ""}, "actor"),
+    ],
+)
+def test_bad_requests_change_nothing(
+    harness_factory: Callable[..., Harness], kwargs: dict[str, object], fragment: str
+) -> None:
+    """Bad kinds and arguments raise InputError naming the fault and record nothing."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    manager = harness.manager()
+    args = {"actor": "ana", **kwargs}
+    with pytest.raises(InputError, match=fragment):
+        manager.submit(**args)  # type: ignore[arg-type]
+    assert manager.recent(10) == []
+    assert manager.revisions() == []
+
+
+def test_unknown_revision_and_operation_are_not_found(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """Rolling back to a revision that does not exist, or reading an unknown operation, raises
+    NotFound."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    harness.start_server()
+    manager = harness.manager()
+    with pytest.raises(NotFound):
+        manager.submit("rollback", actor="ana", revision=999)
+    with pytest.raises(NotFound):
+        manager.get(12345)
+    assert manager.recent(10) == []
