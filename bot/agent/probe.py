@@ -7,7 +7,6 @@ simulated 449 GB, 8-GPU machine. ``make_probe(settings)`` picks one from ``[agen
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,14 +166,7 @@ def make_probe(settings: AgentSettings) -> HostProbe:
     if settings.probe == "host":
         return SystemProbe()
     if settings.probe == "sim":
-        try:
-            # Imported by name: the simulator is optional on a GPU host.
-            module = importlib.import_module("bot.agent._sim_probe")
-        except ImportError as exc:
-            raise ConfigError(
-                f'[agent] probe = "sim" needs the simulator (bot.sim), which failed to import: '
-                f"{exc}"
-            ) from exc
-        probe: HostProbe = module.SimProbe.from_settings(settings)
-        return probe
+        from bot.agent._sim_probe import SimProbe  # the simulator is only needed here
+
+        return SimProbe.from_settings(settings)
     raise ConfigError(f"[agent] probe is {settings.probe!r}; expected one of: host, sim")
