@@ -204,10 +204,13 @@ class Runner:
             None,
         )
         if target is None:
+            if self.ctx.control.status().running:
+                # Stuck or unhealthy but alive: it holds the GPUs and RAM for nothing.
+                self.ctx.control.stop(self.ctx.settings.stop_grace_s)
             self._finish(
                 "failed",
                 f"{failure.message}; no earlier config became ready, so there is nothing to roll "
-                "back to: the server stays down until someone fixes the command line",
+                "back to: the server is stopped until someone fixes the command line",
                 failure.data,
                 None,
             )

@@ -1,0 +1,118 @@
+"""Operations that do not go straight to ready: agent restart mid-start, leftover GPU processes,
+stalls and the hard ceiling (the real simulator, process backend, SimProbe)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from bot.agent.probe import make_probe
+from tests.agent._ops_fixtures import (
+    Harness,
+    free_port,
+    harness_factory,
+    phases,
+    sim_command,
+    wait_final,
+)
+from tests.agent.conftest import Spawn, wait_until
+
+__all__ = ["harness_factory"]
+
+pytestmark = pytest.mark.slow
+
+SMALL = ("--mem-fraction-static", "0.7", "--enable-hierarchical-cache")
+
+
+def test_agent_restart_mid_start_resumes_to_ready_without_a_second_start(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """A new manager on the same state dir (the old one closed mid-start while the server keeps
+    running) re-attaches, ends ready, and the event list has no gap and no repeated step; the
+    server was started once (one new ``server_args=`` line in the log)."""
+    harness = harness_factory(
+        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), speed="0.05"
+    )
+    harness.start_server()
+    first = harness.manager()
+    op = first.submit("resize", actor="ana", ratio=3)
+
+    def loading() -> bool:
+        return any(e.phase == "load_weights" for e in first.state.events(op.id))
+
+    wait_until(loading, timeout_s=60)
+    first.close()
+    assert first.get(op.id).state == "running"
+    second = harness.manager(fresh=True)
+    assert second.resume() == [op.id]
+    final = wait_final(second, op.id)
+    events = second.state.events(op.id)
+    assert final.state == "ready", events[-1].message
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    steps = [e.data["step"] for e in events if "step" in e.data]
+    assert len(steps) == len(set(steps))
+    assert phases(events)[-3:] == ["warmup", "verifying", "ready"]
+    assert harness.log_text().count("server_args=ServerArgs(") == 2  # the old server + one start
+
+
+def test_leftover_gpu_process_blocks_the_start_naming_its_pid(
+    harness_factory: Callable[..., Harness], spawn: Spawn
+) -> None:
+    """A stray scheduler (``python -m bot.sim.stray``) holding the GPUs makes the operation fail
+    after the stop without starting, naming the stray's PID."""
+    harness = harness_factory(
+        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), gpu_free_timeout_s=1
+    )
+    harness.start_server()
+    env = {**os.environ, **harness.settings.env}
+    stray = spawn(sys.executable, "-m", "bot.sim.stray", "--gpus", "0,1", env=env,
+                  stdout=subprocess.DEVNULL)  # fmt: skip
+    probe = make_probe(harness.settings)
+
+    def held() -> bool:
+        return any(p.pid == stray.pid for g in probe.gpus().gpus for p in g.processes)
+
+    wait_until(held, timeout_s=30)
+    manager = harness.manager()
+    op = manager.submit("restart", actor="ana")
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed"
+    assert f"PID {stray.pid}" in events[-1].message
+    assert "starting" not in phases(events)
+    assert not harness.parts()[0].status().running
+    assert harness.log_text().count("server_args=ServerArgs(") == 1  # never started again
+
+
+def test_stall_is_reported_and_the_hard_ceiling_ends_it(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """A server that goes silent while alive (KIMI_SIM_FAIL=stall:load_weights) gets a
+    ``stalled`` event and state; the hard ceiling then fails the operation, and with no earlier
+    config that became ready there is nothing to roll back to."""
+    harness = harness_factory(
+        sim_command(free_port(), "--enable-hierarchical-cache", "--hicache-size", "4"),
+        extra_env={"KIMI_SIM_FAIL": "stall:load_weights"},
+        stall_after_s=0.5,
+        hard_ceiling_s=4,
+    )
+    manager = harness.manager()
+    op = manager.submit("restart", actor="ana")
+
+    def stalled() -> bool:
+        return manager.get(op.id).state == "stalled"
+
+    wait_until(stalled, timeout_s=60)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert "stalled" in phases(events)
+    assert final.state == "failed"
+    assert final.failure is not None
+    assert final.failure["kind"] == "timeout"
+    assert "hard ceiling" in events[-1].message
+    assert "nothing to roll" in events[-1].message
+    assert not harness.parts()[0].status().running  # the stuck server was stopped
