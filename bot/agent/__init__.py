@@ -1,0 +1,66 @@
+"""The agent: the one component on the GPU host that touches the SGLang server.
+
+Its edges, each behind a small seam so the operation runner above them can be tested:
+
+- settings: :mod:`bot.agent.config` (``AgentSettings``, ``load_agent_settings``)
+- host facts: :mod:`bot.agent.probe` (``HostProbe``, ``SystemProbe``, ``make_probe``)
+- command line: :mod:`bot.agent.cmdline` (read, rewrite and validate SGLang's HiCache flags)
+- server control: :mod:`bot.agent.control` (``ServerControl``, ``make_control``)
+- waiting for GPUs: :mod:`bot.agent.gpu_wait` (``wait_for_gpus_free``)
+"""
+
+from __future__ import annotations
+
+from bot.agent.cmdline import (
+    HiCacheSetting,
+    Topology,
+    read_hicache,
+    read_topology,
+    rewrite_hicache,
+    validate_command,
+)
+from bot.agent.config import AgentSettings, load_agent_settings
+from bot.agent.control import (
+    LogSource,
+    ServerControl,
+    ServerProcessState,
+    StopResult,
+    make_control,
+)
+from bot.agent.gpu_wait import WaitResult, wait_for_gpus_free
+from bot.agent.probe import (
+    GpuFacts,
+    GpuInfo,
+    GpuProcess,
+    HostProbe,
+    ProcessInfo,
+    RamFacts,
+    SystemProbe,
+    make_probe,
+)
+
+__all__ = [
+    "AgentSettings",
+    "GpuFacts",
+    "GpuInfo",
+    "GpuProcess",
+    "HiCacheSetting",
+    "HostProbe",
+    "LogSource",
+    "ProcessInfo",
+    "RamFacts",
+    "ServerControl",
+    "ServerProcessState",
+    "StopResult",
+    "SystemProbe",
+    "Topology",
+    "WaitResult",
+    "load_agent_settings",
+    "make_control",
+    "make_probe",
+    "read_hicache",
+    "read_topology",
+    "rewrite_hicache",
+    "validate_command",
+    "wait_for_gpus_free",
+]
