@@ -301,3 +301,19 @@ def test_metrics_and_synthetic_load(run_sim: Callable[..., Sim], sim_env: dict[s
         r"#queue-req: \d+",
         sim.stdout(),
     )
+
+
+@pytest.mark.slow
+def test_dp_and_pp_ranks_carry_their_prefixes(
+    run_sim: Callable[..., Sim], sim_env: dict[str, str]
+) -> None:
+    """DP 2 x PP 2 x TP 2 on 8 GPUs: prefixes like `DP1 PP0 TP1`, one set of lines per rank."""
+    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_SPEED="0.002")
+    args = ["--model-path", "/m", "--tp", "2", "--dp-size", "2", "--pp-size", "2", "--port", "0"]
+    sim = run_sim(args, env)
+    sim.wait_for(READY)
+    prefixes = [p for p, m in sim.messages() if m.startswith("Load weight begin.")]
+    expected = [f"DP{d} PP{p} TP{t}" for d in (0, 1) for p in (0, 1) for t in (0, 1)]
+    assert sorted(prefixes) == expected
+    _status, body = get(sim.port(), "/server_info")
+    assert len(json.loads(body)["internal_states"]) == 2
