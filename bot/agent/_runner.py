@@ -361,6 +361,7 @@ class Runner:
         next_status = next_health = 0.0
         bad_since: float | None = None
         verifying = False
+        saw_ready_line = False
         while True:
             if ctx.stop.is_set():
                 raise Abandoned
@@ -375,6 +376,9 @@ class Runner:
                 if not status.running or (pid is not None and status.main_pid != pid):
                     return self._died(source, watcher, status.exit_status)
             figures = watcher.figures
+            if figures.log_ready and not saw_ready_line:
+                saw_ready_line = True
+                next_health = now  # the server says it is ready: check at once, not next poll
             if (figures.http_up or figures.log_ready) and now >= next_health:
                 next_health = now + poll
                 code = ctx.sglang.health()
