@@ -40,7 +40,7 @@ def _describe(revision: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    engine = make_engine(settings.url, settings.busy_timeout_s)
+    engine = make_engine(settings.engine_url(), settings.busy_timeout_s)
     where = safe_url(settings.url)
     try:
         if args.action == "upgrade":

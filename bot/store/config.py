@@ -10,28 +10,63 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.settings import CONFIG_ENV, Section, find_config_path, load_config
+from sqlalchemy.engine import URL
+
+from bot.errors import ConfigError
+from bot.settings import (
+    CONFIG_ENV,
+    Secret,
+    Section,
+    find_config_path,
+    load_config,
+    secret_from_env,
+)
 from bot.store._engine import parse_url
 
 __all__ = ["DEFAULT_URL", "StoreSettings", "resolve_settings", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///kimi-ops.db"
-_KEYS = ("url", "busy_timeout_s")
+_KEYS = ("url", "busy_timeout_s", "password_env")
 
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """``url``: any SQLAlchemy URL; ``busy_timeout_s``: how long a SQLite writer waits its turn."""
+    """``url``: any SQLAlchemy URL, without a password; ``password``: from the environment
+    variable ``[store] password_env`` names; ``busy_timeout_s``: how long a SQLite writer waits."""
 
     url: str = DEFAULT_URL
     busy_timeout_s: float = 30.0
+    password: Secret | None = None
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> StoreSettings:
+    def from_config(
+        cls, config: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> StoreSettings:
         section = Section(config, "store", _KEYS)
         url = section.text("url", DEFAULT_URL)
-        parse_url(url)
-        return cls(url=url, busy_timeout_s=section.number("busy_timeout_s", 30.0, minimum=0.001))
+        if parse_url(url).password is not None:
+            raise ConfigError(
+                "[store] url holds a password; remove it from the URL and name the environment "
+                "variable that holds it in [store] password_env"
+            )
+        variable = section.optional_text("password_env")
+        password = (
+            None
+            if variable is None
+            else secret_from_env(environ or {}, variable, "the database password")
+        )
+        return cls(
+            url=url,
+            busy_timeout_s=section.number("busy_timeout_s", 30.0, minimum=0.001),
+            password=password,
+        )
+
+    def engine_url(self) -> URL:
+        """The URL to connect with, password included (never print it: use ``url``)."""
+        parsed = parse_url(self.url)
+        if self.password is None:
+            return parsed
+        return parsed.set(password=self.password.reveal())
 
 
 def resolve_settings(
@@ -40,7 +75,9 @@ def resolve_settings(
     """The settings a command runs with (see the module docstring for the precedence)."""
     settings = StoreSettings()
     if config or environ.get(CONFIG_ENV):
-        settings = StoreSettings.from_config(load_config(find_config_path(config, environ)))
+        settings = StoreSettings.from_config(
+            load_config(find_config_path(config, environ)), environ
+        )
     if url:
         parse_url(url)
         settings = StoreSettings(url=url, busy_timeout_s=settings.busy_timeout_s)

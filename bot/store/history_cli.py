@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bot.errors import StoreError
 from bot.store._cli_common import add_database_options, settings_from_args
-from bot.store._engine import parse_url, safe_url
+from bot.store._engine import safe_url
 from bot.store._render import history_csv, history_json, history_table
 from bot.store.store import Store
 
@@ -43,14 +43,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    url = parse_url(settings.url)
+    url = settings.engine_url()
     if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
         # Reading must not leave an empty database file behind.
         raise StoreError(
             f"no database at {url.database!r} ({safe_url(url)}); run `kimi-ops db upgrade` "
             "there first, or pass --url / --config"
         )
-    with Store(settings.url, busy_timeout_s=settings.busy_timeout_s) as store:
+    with Store(url, busy_timeout_s=settings.busy_timeout_s) as store:
         records = store.history(args.host, args.limit)
     if args.csv:
         sys.stdout.write(history_csv(records))
