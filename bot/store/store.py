@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from bot.store._capacity import CapacityMixin
 from bot.store._operations import OperationsMixin
+from bot.store._proposals import ProposalsMixin
 from bot.store._refusals import RefusalsMixin
 from bot.store._revisions import RevisionsMixin
 
 __all__ = ["Store"]
 
 
-class Store(RevisionsMixin, OperationsMixin, RefusalsMixin, CapacityMixin):
+class Store(RevisionsMixin, ProposalsMixin, OperationsMixin, RefusalsMixin, CapacityMixin):
     """Repository of revisions, proposals, operations, refusals, capacity samples, schedules."""
 
     def __enter__(self) -> Store:

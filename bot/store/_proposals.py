@@ -1,0 +1,62 @@
+"""Proposals: the Slack side of a proposed revision (its message, expiry and fingerprint).
+
+:meth:`~bot.store.Store.record_proposal` writes a proposal together with its revision; these
+methods find one again (a button click names the message it sits on) and attach the message ts
+once the message is posted.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.errors import NotFound
+from bot.store import _validate as v
+from bot.store._base import StoreBase
+from bot.store._convert import proposal_record
+from bot.store._models import CHANNEL, TS, ProposalRow
+from bot.store.records import ProposalRecord
+
+__all__ = ["ProposalsMixin"]
+
+
+class ProposalsMixin(StoreBase):
+    def attach_proposal_message(self, proposal_id: int, message_ts: str) -> ProposalRecord:
+        """Remember the ts of the Slack message showing the proposal (known after posting)."""
+        ts = v.text("message ts", message_ts, TS)
+        with self._write("attach a message to a proposal") as session:
+            row = _get_proposal(session, proposal_id)
+            row.message_ts = ts
+            return proposal_record(row)
+
+    def proposal(self, proposal_id: int) -> ProposalRecord:
+        with self._read("read a proposal") as session:
+            return proposal_record(_get_proposal(session, proposal_id))
+
+    def proposal_for_revision(self, revision_id: int) -> ProposalRecord | None:
+        rid = v.count("revision id", revision_id, minimum=1)
+        with self._read("read a proposal") as session:
+            row = session.scalars(
+                select(ProposalRow).where(ProposalRow.revision_id == rid)
+            ).one_or_none()
+            return None if row is None else proposal_record(row)
+
+    def proposal_by_message(self, channel: str, message_ts: str) -> ProposalRecord | None:
+        """The proposal shown by a Slack message (a button click names its message)."""
+        ch, ts = v.text("channel", channel, CHANNEL), v.text("message ts", message_ts, TS)
+        with self._read("read a proposal") as session:
+            row = session.scalars(
+                select(ProposalRow)
+                .where(ProposalRow.channel == ch, ProposalRow.message_ts == ts)
+                .order_by(ProposalRow.id.desc())
+                .limit(1)
+            ).one_or_none()
+            return None if row is None else proposal_record(row)
+
+
+def _get_proposal(session: Session, proposal_id: object) -> ProposalRow:
+    pid = v.count("proposal id", proposal_id, minimum=1)
+    row = session.get(ProposalRow, pid)
+    if row is None:
+        raise NotFound(f"no proposal {pid} is recorded")
+    return row
