@@ -4,8 +4,8 @@ Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
-Every migration gets a test through tests/store/test_migrations.py's `assert_upgrade_keeps_rows`:
-fill the previous revision's tables, upgrade, check nothing is lost.
+Every migration gets a test through tests/store/test_migrate.py's `assert_upgrade_keeps_rows`:
+add SEED_ROWS["<this revision>"] there: it fills the tables, upgrades to head, checks nothing is lost.
 """
 
 from __future__ import annotations

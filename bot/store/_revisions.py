@@ -257,7 +257,8 @@ class RevisionsMixin(StoreBase):
                 return revision_record(row)
             _check_transition(row, target)
             row.outcome = target.value
-            if target is not Outcome.ROLLED_BACK:
+            # A rollback keeps the time the revision's own start ended, if it had one.
+            if target is not Outcome.ROLLED_BACK or row.finished_at is None:
                 row.finished_at = when
             for name, value in figures.items():
                 if value is not None:

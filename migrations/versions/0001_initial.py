@@ -5,7 +5,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-11-29
 
-Hand-checked against bot/store/_models.py (tests/store/test_migrations.py compares the migrated
+Hand-checked against bot/store/_models.py (tests/store/test_migrate.py compares the migrated
 schema with the models). Types are spelled out here rather than imported from the models, so this
 file keeps creating the same schema whatever the models become later. Timestamps are
 ``timestamptz`` on PostgreSQL; SQLite stores naive UTC text (the app re-attaches UTC).

@@ -163,6 +163,7 @@ def test_failure_then_automatic_rollback(store: Store) -> None:
     assert (rollback.proposed_by, rollback.applied_by) == (None, None)
     undone = store.revision(bad)
     assert undone.outcome is Outcome.ROLLED_BACK
+    assert undone.finished_at == failed.finished_at
     assert undone.failure_lines == tuple(lines)
     store.record_outcome(rollback.id, "ready", startup_seconds=600.0)
     assert store.last_ready_revision("kimi-01") == store.revision(rollback.id)
@@ -176,6 +177,15 @@ def test_recording_the_same_outcome_twice_keeps_the_first(store: Store) -> None:
     first = store.record_outcome(revision_id, "ready", startup_seconds=640.0)
     again = store.record_outcome(revision_id, "ready", startup_seconds=999.0)
     assert again == first
+
+
+def test_rolling_back_an_applied_revision_finishes_it(store: Store) -> None:
+    """An applied revision the agent rolled back before any outcome gets its finish time."""
+    revision_id = _propose(store)
+    store.record_apply(revision_id, "U0ANA")
+    at = datetime(2026, 2, 24, 12, 0, tzinfo=UTC)
+    undone = store.record_outcome(revision_id, Outcome.ROLLED_BACK, at=at)
+    assert (undone.outcome, undone.finished_at) == (Outcome.ROLLED_BACK, at)
 
 
 def test_impossible_transition_is_refused_and_changes_nothing(store: Store) -> None:
