@@ -1,21 +1,159 @@
-"""Placeholder until the demo lands: say what it will do, and succeed."""
+"""``make demo``: kimi-ops on one machine with no Slack and no GPU.
+
+A simulated SGLang server on the field notes' host (449 GB RAM, 8 GPUs, TP 8), an agent driving it
+with the process backend over real HTTP, and a migrated SQLite store; the script plays the on-call
+engineer and prints what Slack would show: bring the server up, refuse `--hicache-size 300`,
+propose and apply `ratio 4` with live progress, then the audit.
+"""
 
 from __future__ import annotations
 
-PLAN = """\
-kimi-ops demo (coming): on this machine, with no Slack and no GPU, it will
-  1. migrate a local SQLite store,
-  2. start the SGLang simulator on a 449 GB / 8-GPU host profile (the field notes' host),
-  3. start an agent with the process backend against it,
-  4. drive the bot from the terminal: status, `resize ratio 4`, apply, live progress, history,
-printing what Slack would show.
-Today you can already try:  .venv/bin/kimi-ops plan --ratio 4 --kv-gib 10.42 --device-tokens \
-160000 --ranks 8 --available-gb 396 --held-gb 200"""
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bot.demo import _render as render
+from bot.demo._stack import DemoStack, demo_stack
+from bot.errors import KimiOpsError
+from bot.store import HiCacheSettings, Outcome, PlanSummary, Store
+from bot.store._render import history_table
+
+HOST = "kimi-01"
 
 
-def main() -> int:
-    print(PLAN)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kimi-ops demo", description=__doc__)
+    parser.add_argument(
+        "--speed", type=float, default=0.03, help="simulated time scale (1.0 = real, ~10 min)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the demo folder afterwards")
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="kimi-ops-demo-"))
+    print(f"kimi-ops demo in {root} (simulated host: 449 GB RAM, 8 x 96 GiB GPUs, TP 8)")
+    try:
+        with demo_stack(root, args.speed) as stack, stack.client() as client:
+            _play(stack, client)
+    except (KimiOpsError, httpx.HTTPError) as exc:
+        print(f"demo failed: {exc} (logs in {root})", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
-raise SystemExit(main())
+def _play(stack: DemoStack, client: httpx.Client) -> None:
+    with Store(stack.db_url) as store:
+        print(render.command("/kimi restart   (@ana starts the server: --hicache-size 48)"))
+        _run_operation(client, store, {"kind": "restart", "actor": "U0ANA"}, proposer="U0ANA")
+
+        print(render.command("/kimi status"))
+        print(render.status_card(_get(client, "/v1/status")))
+
+        print(render.command("/kimi resize size 300   (@ben, reading --hicache-size as a total)"))
+        refused = _post(client, "/v1/plans", {"size_gb": 300})["plan"]
+        print(render.plan_card(refused, HOST))
+        revision = store.record_revision(
+            HOST, _settings(refused), _summary(refused), proposed_by="U0BEN", outcome="refused"
+        )
+        store.record_refusal("U0BEN", "resize size 300", refused["reason"], host=HOST,
+                             revision_id=revision.id)  # fmt: skip
+
+        print(render.command("/kimi resize ratio 4   (@ben)"))
+        answer = _post(client, "/v1/plans", {"ratio": 4})
+        print(render.plan_card(answer["plan"], HOST))
+        print(render.command("[Apply] clicked by @ana"))
+        _run_operation(
+            client,
+            store,
+            {"kind": "resize", "ratio": 4, "actor": "U0ANA", "fingerprint": answer["fingerprint"]},
+            proposer="U0BEN",
+        )
+
+        print(render.command("/kimi history"))
+        print(history_table(store.history(HOST, 10)))
+
+
+def _run_operation(client: httpx.Client, store: Store, body: dict[str, Any], proposer: str) -> None:
+    response = client.post("/v1/operations", json=body)
+    if response.status_code != 202:
+        raise KimiOpsError(f"the agent refused the operation: {response.json().get('detail')}")
+    operation = response.json()["operation"]
+    plan = operation.get("plan") or {}
+    revision = store.record_revision(
+        HOST, _settings(plan, body), _summary(plan), proposed_by=proposer
+    )
+    store.record_apply(revision.id, body["actor"])
+    print(f"  Operation {operation['id']}: {body['kind']} on {HOST} (applied by {body['actor']})")
+    started, after, state = time.monotonic(), 0, operation["state"]
+    final: dict[str, Any] = {}
+    shown: dict[str, Any] = {}
+    while state in ("running", "stalled", "rolling_back"):
+        page = _get(client, f"/v1/operations/{operation['id']}", after=after, wait=30)
+        for event in page["events"]:
+            # Slack gets one edited message, throttled; the terminal gets a line per phase
+            # change or per 5% of progress.
+            if render.worth_showing(event, shown):
+                print(render.progress_line(event, time.monotonic() - started))
+                shown = event
+            final = event
+        after, state = page["last_seq"], page["state"]
+    data = final.get("data") or {}
+    outcome = Outcome.READY if state == "ready" else Outcome.FAILED
+    store.record_outcome(
+        revision.id,
+        outcome,
+        startup_seconds=data.get("startup_s"),
+        device_tokens=data.get("device_tokens"),
+        host_gb_per_rank=data.get("host_gb_per_rank"),
+        host_tokens_per_rank=data.get("host_tokens_per_rank"),
+    )
+    print(f"  => {state}: {final.get('message', '')}")
+
+
+def _settings(plan: dict[str, Any], body: dict[str, Any] | None = None) -> HiCacheSettings:
+    request = plan.get("request") or {}
+    ratio = request.get("ratio") if body is None else body.get("ratio", request.get("ratio"))
+    size = request.get("size_gb")
+    return HiCacheSettings(
+        enabled=True,
+        ratio=None if ratio is None else float(ratio),
+        size_gb=None if size is None else int(size),
+    )
+
+
+def _summary(plan: dict[str, Any]) -> PlanSummary:
+    return PlanSummary(
+        per_rank_gb=float(plan.get("per_rank_gb") or 0.0),
+        total_gb=float(plan.get("total_gb") or 0.0),
+        per_rank_tokens=int(plan.get("per_rank_tokens") or 0),
+        verdict=str(plan.get("verdict", "fits")),
+        reason=str(plan.get("reason", "")),
+        detail={k: v for k, v in plan.items() if isinstance(v, str | int | bool) or v is None},
+    )
+
+
+def _get(client: httpx.Client, path: str, **params: Any) -> dict[str, Any]:
+    response = client.get(path, params=params)
+    response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def _post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(path, json=body)
+    if response.status_code not in (200, 422):
+        response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
