@@ -23,27 +23,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bot.agent._api_sources import (
+    MAX_LOG_BYTES,
+    LogPools,
+    device_from_info,
+    page_size,
+    pools_of,
+    version_of,
+)
 from bot.agent._api_status import status_body
 from bot.agent.cmdline import HiCacheSetting, Topology, read_hicache, read_topology
 from bot.agent.config import AgentSettings
 from bot.agent.probe import GpuFacts, HostProbe, RamFacts
 from bot.clock import Clock
-from bot.errors import KimiOpsError, PlanInputError, ProbeError
+from bot.errors import KimiOpsError, ProbeError
 from bot.planner import (
-    DEFAULT_SGLANG_VERSION,
     GB,
     ChangeRequest,
     DevicePool,
-    GiB,
     HostMemory,
     Plan,
     ServerFacts,
-    SGLangVersion,
     StartSample,
     host_pool_for_ratio,
     host_pool_for_size,
     make_plan,
 )
+from bot.startup import read_startup_report
 
 __all__ = [
     "Capacity",
@@ -182,6 +188,7 @@ class FactsService:
         # The version is only served while the server answers; remember it per server instance
         # so a busy /server_info does not change the fingerprint (and void every proposal).
         self._versions: dict[tuple[int, float | None], str] = {}
+        self._log_cache: tuple[tuple[str, int, int], LogPools] | None = None
         self._lock = threading.Lock()
 
     # -- the snapshot ------------------------------------------------------------------------
@@ -287,11 +294,16 @@ class FactsService:
         errors: list[KimiOpsError],
     ) -> Capacity:
         ranks = None if topology is None else local_ranks(topology)
-        page_size = _page_size(info, topology)
-        tokens, per_token = _device_from_info(info)
+        pages = page_size(info, topology)
+        tokens, per_token = device_from_info(info)
         source = "server_info" if tokens is not None else None
         host_tokens: int | None = None
         host_gb: float | None = None
+        if tokens is None:
+            tokens, per_token, logged_host = self._device_from_log()
+            if tokens is not None:
+                source = "startup_log"
+                host_tokens, host_gb = logged_host
         try:
             recorded = self._state.last_start_capacity()
         except KimiOpsError as exc:
@@ -301,15 +313,16 @@ class FactsService:
             rec_tokens, rec_per_token, rec_host_tokens, rec_host_gb = recorded
             if tokens is None and rec_tokens:
                 tokens, per_token, source = int(rec_tokens), rec_per_token, "last_start"
-            host_tokens, host_gb = rec_host_tokens or None, rec_host_gb or None
+            if host_gb is None:
+                host_tokens, host_gb = rec_host_tokens or None, rec_host_gb or None
         if host_gb is None and hicache is not None and hicache.enabled:
             # No record of a start: size the pool from the flags, as SGLang will.
             pool = DevicePool(tokens=tokens, bytes_per_token=per_token)
             effective = hicache.effective()
             size = (
-                host_pool_for_size(effective.size_gb, pool, page_size)
+                host_pool_for_size(effective.size_gb, pool, pages)
                 if effective.size_gb is not None
-                else host_pool_for_ratio(effective.ratio or 0.0, pool, page_size)
+                else host_pool_for_ratio(effective.ratio or 0.0, pool, pages)
             )
             if size is not None:
                 host_tokens, host_gb = size.tokens, round(size.bytes / GB, 2)
@@ -319,9 +332,36 @@ class FactsService:
             host_tokens_per_rank=host_tokens,
             host_gb_per_rank=host_gb,
             ranks=ranks,
-            page_size=page_size,
+            page_size=pages,
             source=source,
         )
+
+    def _device_from_log(
+        self,
+    ) -> tuple[int | None, float | None, tuple[int | None, float | None]]:
+        """Device pool and host pool per rank from the server's log file (process backend),
+        for when the server is down. Parsed once per version of the file."""
+        path = self._settings.log_file
+        if self._settings.backend != "process":
+            return None, None, (None, None)
+        try:
+            stat = path.stat()
+        except OSError:
+            return None, None, (None, None)
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            cached = self._log_cache
+        if cached is None or cached[0] != key:
+            if stat.st_size > MAX_LOG_BYTES:
+                return None, None, (None, None)  # too big to parse per request; state has it
+            try:
+                report = read_startup_report(path)
+            except KimiOpsError:
+                return None, None, (None, None)
+            cached = (key, pools_of(report))
+            with self._lock:
+                self._log_cache = cached
+        return cached[1]
 
     # -- status and plans --------------------------------------------------------------------
 
@@ -353,7 +393,7 @@ class FactsService:
                 tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token
             ),
             page_size=capacity.page_size,
-            version=_version(snap.server.version),
+            version=version_of(snap.server.version),
             host_tokens_per_rank_now=capacity.host_tokens_per_rank,
             radix_cache_disabled=snap.topology.disable_radix_cache,
         )
@@ -361,44 +401,3 @@ class FactsService:
         return make_plan(
             request, server, memory, headroom_gb=self._settings.headroom_gb, history=history
         )
-
-
-def _version(text: str | None) -> SGLangVersion:
-    if text is None:
-        return DEFAULT_SGLANG_VERSION
-    try:
-        return SGLangVersion.parse(text)
-    except PlanInputError:
-        # A dev build's version string ("0.5.9+cu128.dirty") is still that era's SGLang.
-        return DEFAULT_SGLANG_VERSION
-
-
-def _page_size(info: dict[str, Any] | None, topology: Topology | None) -> int:
-    value = None if info is None else info.get("page_size")
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    if topology is not None and topology.page_size is not None and topology.page_size >= 1:
-        return topology.page_size
-    return 1
-
-
-def _device_from_info(info: dict[str, Any] | None) -> tuple[int | None, float | None]:
-    """(device tokens, KV bytes per token) from ``/server_info``.
-
-    ``{"max_total_num_tokens": 159274, "internal_states": [{"memory_usage": {"kvcache": 10.42}}]}``
-    gives (159274, 10.42 GiB / 159274 = 70247.4 B): the GiB are rounded to two decimals, so the
-    figure is within 0.05% of the model's 70,272 B.
-    """
-    if info is None:
-        return None, None
-    tokens = info.get("max_total_num_tokens")
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
-        return None, None
-    per_token: float | None = None
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        usage = states[0].get("memory_usage")
-        kv = usage.get("kvcache") if isinstance(usage, dict) else None
-        if isinstance(kv, int | float) and not isinstance(kv, bool) and kv > 0:
-            per_token = kv * GiB / tokens
-    return tokens, per_token

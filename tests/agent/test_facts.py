@@ -208,3 +208,18 @@ def test_fingerprint_names_config_pid_start_and_version() -> None:
     assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 11, 100.0, "0.5.9") != base
     assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 10, 101.0, "0.5.9") != base
     assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 10, 100.0, "0.5.23") != base
+
+
+def test_stopped_server_capacity_comes_from_its_startup_log(rig: Rig) -> None:
+    """After the server stops, the device and host pools are read from its last startup log,
+    so a ratio can still be planned (~44.77 GB per rank for ratio 4)."""
+    rig.start()
+    rig.control.stop(grace_s=5)
+    capacity = rig.facts.status()["capacity"]
+    assert capacity["source"] == "startup_log"
+    assert capacity["device_tokens"] == DEVICE_TOKENS
+    # "Allocating 22.39 GB host memory": (2 x 159,274 + 1) x 70,272 B, printed to 2 decimals.
+    assert capacity["host_gb_per_rank"] == round((DEVICE_TOKENS * 2 + 1) * BYTES_PER_TOKEN / GB, 2)
+    plan, _ = rig.facts.plan(ChangeRequest(ratio=4))
+    expected = (DEVICE_TOKENS * 4 + 1) * BYTES_PER_TOKEN / GB
+    assert plan.per_rank_gb == pytest.approx(expected, rel=1e-3)
