@@ -4,6 +4,7 @@ stalls and the hard ceiling (the real simulator, process backend, SimProbe)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -116,3 +117,39 @@ def test_stall_is_reported_and_the_hard_ceiling_ends_it(
     assert "hard ceiling" in events[-1].message
     assert "nothing to roll" in events[-1].message
     assert not harness.parts()[0].status().running  # the stuck server was stopped
+
+
+def test_server_dying_while_the_agent_is_down_is_settled_on_resume(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """If the server the operation started is killed while no agent watches, the next agent's
+    resume() settles it as a failure and rolls back to the config that was ready, once."""
+    harness = harness_factory(
+        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), speed="0.05"
+    )
+    harness.start_server()
+    first = harness.manager()
+    op = first.submit("resize", actor="ana", ratio=3)
+
+    def loading() -> bool:
+        return any(e.phase == "load_weights" for e in first.state.events(op.id))
+
+    wait_until(loading, timeout_s=60)
+    first.close()
+    pid = harness.parts()[0].status().main_pid
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+    # The control that started it sees it dead (and reaps it, being its parent).
+    wait_until(lambda: not harness.parts()[0].status().running, timeout_s=30)
+    second = harness.manager(fresh=True)
+    second.resume()
+    final = wait_final(second, op.id)
+    events = second.state.events(op.id)
+    assert final.state == "rolled_back", events[-1].message
+    assert final.failure is not None
+    assert final.failure["kind"] == "unknown"  # a SIGKILL leaves no line in the log
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert phases(events).count("rolling_back") == 1
+    info = harness.parts()[2].server_info()
+    assert info is not None
+    assert info["hicache_ratio"] == 2
