@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         sock = _bind(settings.listen_host, settings.listen_port)
         server.run(sockets=[sock])
     finally:
+        (settings.state_dir / ADDR_FILE).unlink(missing_ok=True)
         service.close()
     log.info("kimi-ops agent: stopped")
     return 0

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +146,56 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@dataclass
+class AgentProcess:
+    """``kimi-ops agent`` running as a subprocess; ``url`` from the address file it wrote."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    stderr_path: Path
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 30) -> int:
+        """Send ``sig`` and wait (bounded) for the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout_s)
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    """This environment (KIMI_* already cleared by the suite) with the token and ``extra``."""
+    return {**os.environ, TOKEN_ENV: TOKEN, **extra}
+
+
+@contextlib.contextmanager
+def run_agent(
+    tmp_path: Path, args: list[str], env: dict[str, str], state_dir: Path
+) -> Iterator[AgentProcess]:
+    """Start ``python -m bot agent ARGS``; yield once it wrote ``state_dir/agent.addr``."""
+    stderr_path = tmp_path / f"agent-{time.monotonic_ns()}.err"
+    addr = state_dir / "agent.addr"
+    addr.unlink(missing_ok=True)
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            [PYTHON, "-m", "bot", "agent", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
+    agent = AgentProcess(process, "", stderr_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not addr.is_file():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the agent did not start:\n{agent.stderr()}")
+            time.sleep(0.05)
+        agent.url = addr.read_text(encoding="utf-8").strip()
+        yield agent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)

@@ -1,0 +1,107 @@
+"""Tests for ``kimi-ops agent``: the real command in a subprocess, over real HTTP.
+
+The agent's config uses the process backend with the simulator's command and ``probe = "sim"``;
+no server is started here (the agent only starts one for an operation).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from bot.agent.config import load_agent_settings
+from tests.agent._api_helpers import (
+    SMALL,
+    TOKEN,
+    TOKEN_ENV,
+    agent_env,
+    auth,
+    run_agent,
+    write_config,
+)
+from tests.agent.conftest import PYTHON
+
+
+def _state_dir(config: Path) -> Path:
+    return load_agent_settings(config, {TOKEN_ENV: TOKEN}).state_dir
+
+
+def test_agent_serves_on_a_free_port_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """Port 0 gets a free port, logged and written to agent.addr; SIGTERM exits 0; the token
+    never appears in the log."""
+    config = write_config(tmp_path, profile=SMALL)
+    state_dir = _state_dir(config)
+    with run_agent(tmp_path, ["--config", str(config)], agent_env(), state_dir) as agent:
+        assert agent.url.startswith("http://127.0.0.1:")
+        assert not agent.url.endswith(":0")
+        assert f"listening on {agent.url}" in agent.stderr()
+        assert httpx.get(f"{agent.url}/healthz", timeout=10).status_code == 200
+        status = httpx.get(f"{agent.url}/v1/status", headers=auth(), timeout=10)
+        assert status.status_code == 200
+        assert status.json()["host"]["name"] == "kimi-test"
+        assert httpx.get(f"{agent.url}/v1/status", timeout=10).status_code == 401
+        assert agent.stop(signal.SIGTERM) == 0
+        log = agent.stderr()
+    assert "SIGTERM received" in log
+    assert "kimi-ops agent: stopped" in log
+    assert "Traceback" not in log
+    assert TOKEN not in log
+    assert not (state_dir / "agent.addr").exists()
+
+
+def test_agent_reads_the_config_from_the_environment_and_stops_on_sigint(
+    tmp_path: Path,
+) -> None:
+    """Without --config, KIMI_OPS_CONFIG names the file; SIGINT also exits 0."""
+    config = write_config(tmp_path, profile=SMALL)
+    env = agent_env(KIMI_OPS_CONFIG=str(config))
+    with run_agent(tmp_path, [], env, _state_dir(config)) as agent:
+        assert httpx.get(f"{agent.url}/healthz", timeout=10).status_code == 200
+        assert agent.stop(signal.SIGINT) == 0
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "bot", "agent", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_agent_without_a_config_exits_1_naming_both_ways_to_give_one(tmp_path: Path) -> None:
+    """No --config and no KIMI_OPS_CONFIG: exit 1 with a message naming both."""
+    result = _run([], agent_env())
+    assert result.returncode == 1
+    assert "--config" in result.stderr
+    assert "KIMI_OPS_CONFIG" in result.stderr
+
+
+def test_agent_without_its_token_exits_1_naming_the_variable(tmp_path: Path) -> None:
+    """The token variable unset: exit 1 naming it, before anything listens."""
+    config = write_config(tmp_path, profile=SMALL)
+    env = agent_env()
+    del env[TOKEN_ENV]
+    result = _run(["--config", str(config)], env)
+    assert result.returncode == 1
+    assert TOKEN_ENV in result.stderr
+    assert not (_state_dir(config) / "agent.addr").exists()
+
+
+def test_agent_on_a_taken_port_exits_1_naming_it(tmp_path: Path) -> None:
+    """A listen address already in use: exit 1 naming the address, no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path, profile=SMALL, listen=f"127.0.0.1:{port}")
+        result = _run(["--config", str(config)], agent_env())
+    assert result.returncode == 1
+    assert f"127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
