@@ -10,62 +10,21 @@ re-reads that start's log from its beginning and skips the steps already recorde
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
+from bot.agent._follow import Abandoned, Outcome, RunnerContext, SGLangLike, StartFollower
 from bot.agent._progress import ProgressModel, eta_seconds
-from bot.agent._verify import gpu_indices, local_ranks, reported_mismatch
-from bot.agent._watch import Draft, StartWatcher
+from bot.agent._verify import gpu_indices, local_ranks
+from bot.agent._watch import StartWatcher
 from bot.agent.cmdline import read_hicache
-from bot.agent.config import AgentSettings
-from bot.agent.control import LogSource, ServerControl
 from bot.agent.gpu_wait import wait_for_gpus_free
-from bot.agent.probe import HostProbe
-from bot.agent.state import AgentState
-from bot.clock import Clock
 from bot.errors import GpusBusyError, KimiOpsError
 from bot.planner import estimate_startup_seconds
 
 __all__ = ["Abandoned", "Runner", "RunnerContext", "SGLangLike"]
 
 log = logging.getLogger(__name__)
-
-# How often the log is read while following: often enough that "ready" is seen promptly, rarely
-# enough that following a busy log costs little (the parser skips batch lines in bulk).
-_FOLLOW_S = 0.1
-# After the process died, how long to keep reading for its last lines (journald lags a little).
-_DRAIN_S = 0.5
-
-
-class SGLangLike(Protocol):
-    def health(self) -> int | None: ...
-
-    def server_info(self) -> dict[str, Any] | None: ...
-
-
-class Abandoned(Exception):
-    """The agent is shutting down: stop watching, leave the operation to ``resume()``."""
-
-
-@dataclass
-class RunnerContext:
-    settings: AgentSettings
-    control: ServerControl
-    probe: HostProbe
-    sglang: SGLangLike
-    state: AgentState
-    clock: Clock
-    health_grace_s: float
-    stop: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class _Outcome:
-    ready: bool
-    message: str
-    data: dict[str, Any]
 
 
 def _iso(at: datetime) -> str:
@@ -81,7 +40,6 @@ class Runner:
         self._steps = {
             str(e.data["step"]) for e in ctx.state.events(op_id) if "step" in e.data
         }  # already recorded: skipped when a resumed start's log is read again
-        self._stalled = False
         self._state = "running"
         self._progress = ProgressModel()
         self._cursor: dict[str, Any] = {}
@@ -104,6 +62,8 @@ class Runner:
         if step is not None:
             key = f"{self._stage}:{step}"
             if key in self._steps:
+                if state is not None:  # recorded before a restart; the state still changes
+                    self.ctx.state.update_operation(self.op_id, state=state)
                 return
             self._steps.add(key)
             payload["step"] = key
@@ -113,10 +73,6 @@ class Runner:
             eta = eta_seconds(elapsed, self._progress.last, self._expected_s)
             if eta is not None:
                 payload.setdefault("eta_s", eta)
-        if state is None and self._stalled:
-            state = self._state
-        if state is not None:
-            self._stalled = state == "stalled"
         self.ctx.state.append_event(
             self.op_id,
             at=_iso(self.ctx.clock.now()),
@@ -126,9 +82,6 @@ class Runner:
             data=payload,
             state=state,
         )
-
-    def _draft(self, draft: Draft) -> None:
-        self.emit(draft.phase, draft.message, draft.data, step=draft.step, progress=draft.progress)
 
     def _save(self, **fields: Any) -> None:
         self._cursor.update(fields)
@@ -176,7 +129,7 @@ class Runner:
             self.op_id, state=state, outcome=message, finished_at=_iso(self.ctx.clock.now())
         )
 
-    def _record(self, outcome: _Outcome, result: str) -> None:
+    def _record(self, outcome: Outcome, result: str) -> None:
         data = outcome.data
         fields: dict[str, Any] = {"outcome": result, "finished_at": _iso(self.ctx.clock.now())}
         if result == "ready":
@@ -192,7 +145,7 @@ class Runner:
                 fields[key] = data[key]
         self.ctx.state.update_revision(int(self._cursor["rev_id"]), **fields)
 
-    def _rollback(self, failure: _Outcome) -> None:
+    def _rollback(self, failure: Outcome) -> None:
         failed_rev = int(self._cursor["rev_id"])
         argv = list(self._cursor["argv"])
         target = next(
@@ -250,7 +203,7 @@ class Runner:
         )
         self._after_rollback(self._attempt())
 
-    def _after_rollback(self, outcome: _Outcome) -> None:
+    def _after_rollback(self, outcome: Outcome) -> None:
         cause = dict(self._cursor.get("cause") or {})
         cause_message = str(self._cursor.get("cause_message", "the new config failed"))
         if outcome.ready:
@@ -274,7 +227,7 @@ class Runner:
 
     # -- one start ----------------------------------------------------------------------------
 
-    def _attempt(self) -> _Outcome:
+    def _attempt(self) -> Outcome:
         ctx, cursor = self.ctx, self._cursor
         argv = list(cursor["argv"])
         ranks = local_ranks(argv)
@@ -295,13 +248,22 @@ class Runner:
             try:
                 self._stop_wait_start(argv, ranks, step)
             except _NoStart as exc:
-                return _Outcome(False, f"not started: {exc}", dict(exc.data, no_start=True))
+                return Outcome(False, f"not started: {exc}", dict(exc.data, no_start=True))
             status = ctx.control.status()
             self._save(step="following", pid=status.main_pid, t0=status.started_at)
         self._t0 = float(self._cursor.get("t0") or ctx.clock.now().timestamp())
         source = ctx.control.open_log(since=self._cursor.get("t0"))
+        follower = StartFollower(
+            ctx,
+            self.emit,
+            StartWatcher(self._progress, ranks),
+            applied,
+            self._cursor.get("pid"),
+            self._t0,
+            lambda: self._state,
+        )
         try:
-            return self._follow(source, StartWatcher(self._progress, ranks), applied)
+            return follower.run(source)
         finally:
             source.close()
 
@@ -350,152 +312,6 @@ class Runner:
             progress=self._progress.at("starting"),
         )
         ctx.control.start()
-
-    def _follow(self, source: LogSource, watcher: StartWatcher, applied: Any) -> _Outcome:
-        ctx = self.ctx
-        settings = ctx.settings
-        clock = ctx.clock
-        poll = settings.poll_interval_s
-        pid = self._cursor.get("pid")
-        last_move = clock.monotonic()
-        next_status = next_health = 0.0
-        bad_since: float | None = None
-        verifying = False
-        saw_ready_line = False
-        while True:
-            if ctx.stop.is_set():
-                raise Abandoned
-            now = clock.monotonic()
-            for draft in watcher.feed(source.read_new(), now) + watcher.tick(now):
-                self._draft(draft)
-                if draft.from_log:
-                    last_move = now
-            if now >= next_status:
-                next_status = now + poll
-                status = ctx.control.status()
-                if not status.running or (pid is not None and status.main_pid != pid):
-                    return self._died(source, watcher, status.exit_status)
-            figures = watcher.figures
-            if figures.log_ready and not saw_ready_line:
-                saw_ready_line = True
-                next_health = now  # the server says it is ready: check at once, not next poll
-            if (figures.http_up or figures.log_ready) and now >= next_health:
-                next_health = now + poll
-                code = ctx.sglang.health()
-                if code == 200:
-                    bad_since = None
-                    if not verifying:
-                        verifying = True
-                        self.emit(
-                            "verifying",
-                            "health 200; checking /server_info reports the applied setting",
-                            step="verifying",
-                            progress=self._progress.at("verifying"),
-                        )
-                        last_move = now
-                    info = ctx.sglang.server_info()
-                    if info is not None:
-                        mismatch = reported_mismatch(info, applied)
-                        if mismatch is None:
-                            return self._ready(watcher, info, applied)
-                        return self._failed(watcher, "config_mismatch", mismatch, [])
-                else:
-                    bad_since = now if bad_since is None else bad_since
-                    if now - bad_since > ctx.health_grace_s:
-                        return self._failed(
-                            watcher,
-                            watcher.figures.failure_kind or "unknown",
-                            f"/health answered {code} for {now - bad_since:.0f} s after HTTP "
-                            "came up",
-                            list(watcher.figures.failure_lines),
-                        )
-            allowance = settings.stall_after_s
-            if figures.phase == "host_pool":
-                allowance += self._progress.pin_seconds  # the pin is silent by nature
-            if not self._stalled and now - last_move > allowance:
-                self._stalled = True
-                self.emit(
-                    "stalled",
-                    f"no progress for {now - last_move:.0f} s in {figures.phase} while the "
-                    "server process lives; still watching",
-                    {"silent_s": round(now - last_move, 1), "in_phase": figures.phase},
-                    state="stalled",
-                )
-            if clock.now().timestamp() - (self._t0 or 0.0) > settings.hard_ceiling_s:
-                return self._failed(
-                    watcher,
-                    "timeout",
-                    f"not ready after the hard ceiling of {settings.hard_ceiling_s:.0f} s",
-                    list(figures.failure_lines),
-                )
-            clock.sleep(min(_FOLLOW_S, poll))
-
-    def _died(self, source: LogSource, watcher: StartWatcher, exit_status: int | None) -> _Outcome:
-        clock = self.ctx.clock
-        deadline = clock.monotonic() + _DRAIN_S
-        while clock.monotonic() < deadline:
-            text = source.read_new()
-            for draft in watcher.feed(text, clock.monotonic()):
-                self._draft(draft)
-            if not text:
-                clock.sleep(0.05)
-        for draft in watcher.close(clock.monotonic()):
-            self._draft(draft)
-        figures = watcher.figures
-        kind = figures.failure_kind or "unknown"
-        return self._failed(
-            watcher,
-            kind,
-            f"the server died in {figures.phase} (exit status {exit_status}): {kind}",
-            list(figures.failure_lines),
-            exit_status,
-        )
-
-    def _failed(
-        self,
-        watcher: StartWatcher,
-        kind: str,
-        message: str,
-        lines: list[str],
-        exit_status: int | None = None,
-    ) -> _Outcome:
-        data = {"kind": kind, "lines": lines, "exit_status": exit_status,
-                "phase": watcher.figures.phase}  # fmt: skip
-        data.update(self._figures(watcher, None))
-        return _Outcome(False, message, data)
-
-    def _figures(self, watcher: StartWatcher, info: dict[str, Any] | None) -> dict[str, Any]:
-        figures = watcher.figures
-        device_tokens = figures.device_tokens
-        if device_tokens is None and info is not None:
-            raw = info.get("max_total_num_tokens")
-            device_tokens = int(raw) if isinstance(raw, int | float) else None
-        return {
-            "device_tokens": device_tokens,
-            "kv_gib_per_rank": figures.kv_gib_per_rank,
-            "kv_bytes_per_token": figures.kv_bytes_per_token,
-            "host_gb_per_rank": figures.host_gb_per_rank,
-            "host_tokens_per_rank": figures.host_tokens(),
-            "ranks": watcher.ranks,
-        }
-
-    def _ready(self, watcher: StartWatcher, info: dict[str, Any], applied: Any) -> _Outcome:
-        data = self._figures(watcher, info)
-        startup_s = max(0.0, self.ctx.clock.now().timestamp() - (self._t0 or 0.0))
-        data["startup_s"] = round(startup_s, 2)
-        data["version"] = info.get("version")
-        parts = [f"ready with {applied.effective_phrase()}"]
-        if data["device_tokens"] is not None:
-            parts.append(f"{data['device_tokens']:,} device tokens")
-        gb = data["host_gb_per_rank"]
-        if gb is not None:
-            tokens = data["host_tokens_per_rank"]
-            token_text = f" ({tokens:,} tokens)" if tokens is not None else ""
-            parts.append(
-                f"host {gb:.2f} GB/rank{token_text} x {watcher.ranks} = {gb * watcher.ranks:.1f} GB"
-            )
-        parts.append(f"started in {startup_s:.0f} s")
-        return _Outcome(True, "; ".join(parts), data)
 
 
 class _NoStart(KimiOpsError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot.agent._views import FINAL_STATES, OperationEvent, OperationView, RevisionView
 from bot.errors import StoreError
 from bot.planner import StartSample
 
@@ -33,8 +33,6 @@ __all__ = [
 ]
 
 DB_FILE = "agent.sqlite3"
-#: Operation states after which nothing more happens.
-FINAL_STATES = frozenset({"ready", "failed", "rolled_back"})
 
 _meta = sa.MetaData()
 _operations = sa.Table(
@@ -103,108 +101,6 @@ _REVISION_FIELDS = frozenset(
         "operation_id",
     }
 )
-
-
-@dataclass(frozen=True)
-class OperationView:
-    """One operation as clients see it (``to_dict()`` is the JSON of the HTTP API)."""
-
-    id: int
-    kind: str
-    state: str
-    actor: str
-    created_at: str
-    finished_at: str | None
-    request: Mapping[str, Any]
-    plan: Mapping[str, Any] | None
-    revision: int | None
-    rollback_of: int | None
-    outcome: str | None
-    failure: Mapping[str, Any] | None
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINAL_STATES
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "state": self.state,
-            "actor": self.actor,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "request": dict(self.request),
-            "plan": None if self.plan is None else dict(self.plan),
-            "revision": self.revision,
-            "rollback_of": self.rollback_of,
-            "outcome": self.outcome,
-            "failure": None if self.failure is None else dict(self.failure),
-        }
-
-
-@dataclass(frozen=True)
-class OperationEvent:
-    """One step of an operation: ``seq`` counts 1, 2, 3 ... per operation without gaps."""
-
-    seq: int
-    at: str
-    phase: str
-    message: str
-    progress: float
-    data: Mapping[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "at": self.at,
-            "phase": self.phase,
-            "message": self.message,
-            "progress": self.progress,
-            "data": dict(self.data),
-        }
-
-
-@dataclass(frozen=True)
-class RevisionView:
-    """A command line this host ran (or was asked to), with how that start went."""
-
-    id: int
-    argv: tuple[str, ...]
-    hicache: Mapping[str, Any]
-    outcome: str
-    became_ready: bool
-    startup_s: float | None
-    device_tokens: int | None
-    kv_bytes_per_token: float | None
-    host_gb_per_rank: float | None
-    host_tokens_per_rank: int | None
-    created_at: str
-    finished_at: str | None
-    actor: str
-    kind: str
-    rollback_of: int | None
-    operation_id: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "argv": list(self.argv),
-            "hicache": dict(self.hicache),
-            "outcome": self.outcome,
-            "became_ready": self.became_ready,
-            "startup_s": self.startup_s,
-            "device_tokens": self.device_tokens,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "host_gb_per_rank": self.host_gb_per_rank,
-            "host_tokens_per_rank": self.host_tokens_per_rank,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "actor": self.actor,
-            "kind": self.kind,
-            "rollback_of": self.rollback_of,
-            "operation_id": self.operation_id,
-        }
 
 
 def _connect_pragmas(dbapi_connection: Any, _record: Any) -> None:
