@@ -153,3 +153,26 @@ def test_server_dying_while_the_agent_is_down_is_settled_on_resume(
     info = harness.parts()[2].server_info()
     assert info is not None
     assert info["hicache_ratio"] == 2
+
+
+def test_a_stall_ends_when_the_log_moves_again(harness_factory: Callable[..., Harness]) -> None:
+    """A pin far slower than expected (KIMI_SIM_FAIL=slow_pin) is reported as a stall while the
+    server lives; when the log moves again the operation goes back to running and ends ready."""
+    harness = harness_factory(
+        sim_command(free_port(), "--mem-fraction-static", "0.7"),  # HiCache off: no pin
+        speed="0.05",
+        extra_env={"KIMI_SIM_FAIL": "slow_pin:40"},  # 8 GB at 2 GB/s x 0.05 x 40 = 8 s silent
+        stall_after_s=0.5,  # plus the pin's expected ~4.4 s (8 GB x 60 s / 110 GB)
+    )
+    harness.start_server()
+    manager = harness.manager()
+    op = manager.submit("resize", actor="ana", size_gb=8)
+    wait_until(lambda: manager.get(op.id).state == "stalled", timeout_s=60)
+    wait_until(lambda: manager.get(op.id).state != "stalled", timeout_s=60)
+    assert manager.get(op.id).state in ("running", "ready")
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "ready", events[-1].message
+    names = phases(events)
+    assert names.index("stalled") < names.index("http")
+    assert names.count("stalled") == 1
