@@ -7,10 +7,14 @@ Its edges, each behind a small seam so the operation runner above them can be te
 - command line: :mod:`bot.agent.cmdline` (read, rewrite and validate SGLang's HiCache flags)
 - server control: :mod:`bot.agent.control` (``ServerControl``, ``make_control``)
 - waiting for GPUs: :mod:`bot.agent.gpu_wait` (``wait_for_gpus_free``)
+- facts, status and plans: :mod:`bot.agent.facts` (``FactsService``, ``fingerprint_of``)
+- the HTTP API and the composed agent: :mod:`bot.agent.api` (``create_app``),
+  :mod:`bot.agent.service` (``AgentService``, ``build_service``)
 """
 
 from __future__ import annotations
 
+from bot.agent.api import create_app
 from bot.agent.cmdline import (
     HiCacheSetting,
     Topology,
@@ -27,6 +31,7 @@ from bot.agent.control import (
     StopResult,
     make_control,
 )
+from bot.agent.facts import FactsService, HostSnapshot, fingerprint_of
 from bot.agent.gpu_wait import WaitResult, wait_for_gpus_free
 from bot.agent.probe import (
     GpuFacts,
@@ -38,14 +43,18 @@ from bot.agent.probe import (
     SystemProbe,
     make_probe,
 )
+from bot.agent.service import AgentService, build_service
 
 __all__ = [
+    "AgentService",
     "AgentSettings",
+    "FactsService",
     "GpuFacts",
     "GpuInfo",
     "GpuProcess",
     "HiCacheSetting",
     "HostProbe",
+    "HostSnapshot",
     "LogSource",
     "ProcessInfo",
     "RamFacts",
@@ -55,6 +64,9 @@ __all__ = [
     "SystemProbe",
     "Topology",
     "WaitResult",
+    "build_service",
+    "create_app",
+    "fingerprint_of",
     "load_agent_settings",
     "make_control",
     "make_probe",
