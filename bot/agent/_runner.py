@@ -17,7 +17,7 @@ from bot.agent._follow import Abandoned, Outcome, RunnerContext, SGLangLike, Sta
 from bot.agent._progress import ProgressModel, eta_seconds
 from bot.agent._verify import gpu_indices, local_ranks
 from bot.agent._watch import StartWatcher
-from bot.agent.cmdline import read_hicache
+from bot.agent.cmdline import read_hicache, read_topology
 from bot.agent.gpu_wait import wait_for_gpus_free
 from bot.errors import GpusBusyError, KimiOpsError
 from bot.planner import estimate_startup_seconds
@@ -124,10 +124,12 @@ class Runner:
     def _finish(
         self, state: str, message: str, data: dict[str, Any], progress: float | None
     ) -> None:
-        self.emit(state, message, data, progress=progress, state=state)
+        # Outcome first, then the final event that makes the state final: whoever sees the
+        # final state also sees the outcome and the finish time.
         self.ctx.state.update_operation(
-            self.op_id, state=state, outcome=message, finished_at=_iso(self.ctx.clock.now())
+            self.op_id, outcome=message, finished_at=_iso(self.ctx.clock.now())
         )
+        self.emit(state, message, data, progress=progress, state=state)
 
     def _record(self, outcome: Outcome, result: str) -> None:
         data = outcome.data
@@ -256,7 +258,12 @@ class Runner:
         follower = StartFollower(
             ctx,
             self.emit,
-            StartWatcher(self._progress, ranks),
+            StartWatcher(
+                self._progress,
+                ranks,
+                ratio=applied.effective().ratio,
+                page_size=read_topology(argv).page_size or 1,
+            ),
             applied,
             self._cursor.get("pid"),
             self._t0,

@@ -74,6 +74,9 @@ class StartFigures:
     log_ready: bool = False
     failure_kind: str | None = None
     failure_lines: tuple[str, ...] = ()
+    # The applied ratio (None for a size) and page size: with them the tokens are exact.
+    ratio: float | None = None
+    page_size: int = 1
 
     @property
     def kv_bytes_per_token(self) -> float | None:
@@ -82,10 +85,16 @@ class StartFigures:
         return None
 
     def host_tokens(self) -> int | None:
-        """Tokens per rank as logged (0.5.23), else from GB and the device pool's bytes/token
-        (0.5.9 logs only the GB, rounded to 1e7 bytes: close to, not exactly, SGLang's figure)."""
+        """Tokens per rank: as logged (0.5.23); else, for a ratio, by SGLang's rule from the
+        device pool (``int(device x ratio) // page + 1`` pages); else from the GB and the device
+        pool's bytes per token (both logged rounded: close to, not exactly, SGLang's figure)."""
         if self.host_tokens_per_rank is not None:
             return self.host_tokens_per_rank
+        if self.host_gb_per_rank is None:
+            return None
+        if self.ratio is not None and self.device_tokens:
+            pages = int(self.device_tokens * self.ratio) // self.page_size + 1
+            return pages * self.page_size
         per_token = self.kv_bytes_per_token
         if self.host_gb_per_rank is None or not per_token:
             return None
@@ -95,13 +104,20 @@ class StartFigures:
 class StartWatcher:
     """Follows one start's log text; ``ranks`` is the local rank count from the command line."""
 
-    def __init__(self, progress: ProgressModel, ranks: int) -> None:
+    def __init__(
+        self,
+        progress: ProgressModel,
+        ranks: int,
+        ratio: float | None = None,
+        page_size: int = 1,
+    ) -> None:
         self.progress = progress
         self.ranks = ranks
-        self.figures = StartFigures()
+        self.figures = StartFigures(ratio=ratio, page_size=max(1, page_size))
         self._parser = StartupParser()
         self._pin_started: float | None = None
         self._pin_step = 0
+        self._graph_tenth = -1
 
     def feed(self, text: str, now: float) -> list[Draft]:
         """Take new log text (``now`` = monotonic seconds); return the drafts it produced."""
@@ -158,6 +174,12 @@ class StartWatcher:
                 step=f"shard:{event.done}/{event.total}",
             )
         if isinstance(event, GraphProgress):
+            # One bar step per batch size (52 on the field notes' host) in a few seconds: tenths
+            # are enough for a person, and keep the event list readable.
+            tenth = event.done * 10 // max(1, event.total)
+            if event.done not in (0, event.total) and tenth == self._graph_tenth:
+                return None
+            self._graph_tenth = tenth
             return Draft(
                 phase="cuda_graph",
                 message=f"capturing CUDA graphs {event.done}/{event.total}",

@@ -58,7 +58,7 @@ def test_resize_ratio_2_to_4_reaches_ready_with_every_phase(
     assert ready.data["host_gb_per_rank"] == gb
     assert ready.data["device_tokens"] == DEVICE_TOKENS
     assert f"{gb:.2f} GB/rank" in ready.message
-    assert abs(ready.data["host_tokens_per_rank"] - tokens) <= tokens * 1e-3
+    assert ready.data["host_tokens_per_rank"] == tokens
     shards = [e.data["shard"] for e in events if "shard" in e.data]
     assert shards == sorted(shards)
     assert shards[-1] == 4  # the small profile's four shards

@@ -62,6 +62,27 @@ def test_watcher_turns_log_lines_into_drafts_and_figures() -> None:
     assert [d.step for d in watcher.tick(now=1e6)] == ["pin:9"]
 
 
+def test_ratio_host_tokens_follow_sglangs_rule_and_graph_bars_are_thinned() -> None:
+    """With the applied ratio known, host tokens are int(device x ratio) // page + 1 pages
+    (ratio 4 on 159,274 tokens: 637,097); 52 graph bar steps give about ten drafts."""
+    watcher = StartWatcher(ProgressModel(), ranks=8, ratio=4.0, page_size=1)
+    log = (
+        "[2026-02-24 11:26:40 TP0] KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB\n"
+        + "".join(
+            f"\rCapturing batches (bs=1 avail_mem=1.82 GB): {i * 100 // 52}%|##| {i}/52 [00:09]"
+            for i in range(53)
+        )
+        + "\n[2026-02-24 11:26:51 TP0] Allocating 44.77 GB host memory for hierarchical KV "
+        "cache.\n"
+    )
+    drafts = watcher.feed(log, now=0.0)
+    assert watcher.figures.host_tokens() == (159274 * 4 // 1 + 1) * 1
+    graphs = [d.data["graph"] for d in drafts if "graph" in d.data]
+    assert graphs[0] == 0
+    assert graphs[-1] == 52
+    assert len(graphs) <= 12
+
+
 def test_reported_setting_check() -> None:
     """A size is compared alone (ratio stays at its default beside it); a ratio needs no size."""
     size48 = HiCacheSetting(enabled=True, size_gb=48)
