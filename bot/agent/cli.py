@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+import anyio.to_thread
 import uvicorn
 
 from bot.agent.api import create_app
@@ -35,6 +36,7 @@ from bot.settings import CONFIG_ENV, find_config_path
 __all__ = ["ADDR_FILE", "configure", "run"]
 
 ADDR_FILE = "agent.addr"
+_WORKER_THREADS = 100
 log = logging.getLogger("bot.agent")
 
 
@@ -123,6 +125,8 @@ class _Server(uvicorn.Server):
         self._stopping = stopping
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # Each long-poll holds a worker thread for up to a minute; keep room for status calls.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = _WORKER_THREADS
         await super().startup(sockets=sockets)
         if self.should_exit or not sockets:
             return

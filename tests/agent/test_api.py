@@ -304,6 +304,7 @@ def test_concurrent_operation_is_409_with_holder_and_since(live: Live) -> None:
     assert second.status_code == 409
     assert second.json()["holder"] == "ana"
     assert second.json()["since"] == op["created_at"]
+    assert live.http.get("/v1/status", headers=auth()).json()["operation"]["id"] == op["id"]
     final, events = live.wait_final(op["id"])
     assert final["state"] == "ready"
     assert [event["seq"] for event in events] == list(range(1, len(events) + 1))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,4 +138,19 @@ def test_resize_ratio_2_to_4_over_http_reaches_ready(
         expected_gb = (DEVICE_TOKENS * 4 + 1) * BYTES_PER_TOKEN / GB  # 44.77 GB per rank
         assert after["capacity"]["host_gb_per_rank"] == pytest.approx(expected_gb, abs=0.01)
         assert after["operation"] is None
-        assert agent.stop(signal.SIGTERM) == 0
+
+        # A client long-polling when the agent is stopped gets its answer; the agent exits 0
+        # without waiting out the poll.
+        answers: list[int] = []
+        poll = threading.Thread(
+            target=lambda: answers.append(
+                http.get(
+                    f"/v1/operations/{op_id}", params={"after": events[-1]["seq"], "wait": 60}
+                ).status_code
+            )
+        )
+        poll.start()
+        time.sleep(1.0)  # let the poll reach the agent (a start-up pause, not a measurement)
+        assert agent.stop(signal.SIGTERM, timeout_s=30) == 0
+        poll.join(timeout=30)
+        assert answers == [200]
