@@ -10,6 +10,8 @@ Its edges, each behind a small seam so the operation runner above them can be te
 - facts, status and plans: :mod:`bot.agent.facts` (``FactsService``, ``fingerprint_of``)
 - the HTTP API and the composed agent: :mod:`bot.agent.api` (``create_app``),
   :mod:`bot.agent.service` (``AgentService``, ``build_service``)
+- operations: :mod:`bot.agent.operations` (``OperationManager``), their state
+  :mod:`bot.agent.state` (``AgentState``, views) and :mod:`bot.agent.sglang_client`
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bot.agent.control import (
 )
 from bot.agent.facts import FactsService, HostSnapshot, fingerprint_of
 from bot.agent.gpu_wait import WaitResult, wait_for_gpus_free
+from bot.agent.operations import OperationManager
 from bot.agent.probe import (
     GpuFacts,
     GpuInfo,
@@ -44,10 +47,13 @@ from bot.agent.probe import (
     make_probe,
 )
 from bot.agent.service import AgentService, build_service
+from bot.agent.sglang_client import SGLangClient
+from bot.agent.state import AgentState, OperationEvent, OperationView, RevisionView
 
 __all__ = [
     "AgentService",
     "AgentSettings",
+    "AgentState",
     "FactsService",
     "GpuFacts",
     "GpuInfo",
@@ -56,8 +62,13 @@ __all__ = [
     "HostProbe",
     "HostSnapshot",
     "LogSource",
+    "OperationEvent",
+    "OperationManager",
+    "OperationView",
     "ProcessInfo",
     "RamFacts",
+    "RevisionView",
+    "SGLangClient",
     "ServerControl",
     "ServerProcessState",
     "StopResult",
