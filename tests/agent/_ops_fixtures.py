@@ -142,16 +142,26 @@ def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
         for control in harness.controls:
             with contextlib.suppress(Exception):
                 control.stop(5)  # reaps the child this control started
+            # A server this control started but another agent instance stopped was never
+            # collected through its Popen, which would warn when garbage-collected.
+            child = getattr(control, "_child", None)
+            if child is not None:
+                child.poll()
 
 
 def _kill_simulators(tmp: Path) -> None:
     """Kill every process whose command line runs bot.sim with this test's state dir."""
     marker = str(tmp)
+    killed: list[psutil.Process] = []
     for process in psutil.process_iter(["pid", "environ", "cmdline"]):
         with contextlib.suppress(psutil.Error):
             env = process.info.get("environ") or {}
             if marker in env.get("KIMI_SIM_STATE_DIR", ""):
                 process.kill()
+                killed.append(process)
+    # Wait until they are gone (psutil reaps our own children), so no Popen object is collected
+    # while its process still runs.
+    psutil.wait_procs(killed, timeout=10)
 
 
 def wait_final(manager: OperationManager, op_id: int, timeout_s: float = 90) -> OperationView:

@@ -177,3 +177,45 @@ def test_unknown_revision_and_operation_are_not_found(
     with pytest.raises(NotFound):
         manager.get(12345)
     assert manager.recent(10) == []
+
+
+def test_rollback_returns_to_the_last_ready_config(harness_factory: Callable[..., Harness]) -> None:
+    """After a resize to ratio 3, a rollback with no revision named returns to the config that
+    was ready before it (ratio 2), recorded as a rollback revision of the resized one."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    harness.start_server()
+    manager = harness.manager()
+    resized = wait_final(manager, manager.submit("resize", actor="ana", ratio=3).id)
+    assert resized.state == "ready"
+    back = manager.submit("rollback", actor="ben")
+    final = wait_final(manager, back.id)
+    assert final.state == "ready", manager.state.events(back.id)[-1].message
+    assert final.rollback_of == resized.revision
+    info = harness.parts()[2].server_info()
+    assert info is not None
+    assert info["hicache_ratio"] == 2
+    newest = manager.revisions()[0]
+    assert (newest.kind, newest.rollback_of) == ("rollback", resized.revision)
+    assert newest.became_ready
+
+
+@pytest.mark.parametrize(("failure", "kind"), [("crash_loading", "crash"),
+                                               ("gpu_oom_graph", "gpu_memory")])  # fmt: skip
+def test_a_failed_rollback_stops_and_says_so(
+    harness_factory: Callable[..., Harness], failure: str, kind: str
+) -> None:
+    """When every start fails (KIMI_SIM_FAIL set after the first server came up), the operation
+    rolls back once, the rollback fails too, and it ends failed saying so: no second rollback."""
+    command = sim_command(free_port(), *SMALL, "--hicache-ratio", "2")
+    harness_factory(command).start_server()
+    failing = harness_factory(command, extra_env={"KIMI_SIM_FAIL": failure})
+    manager = failing.manager()
+    op = manager.submit("resize", actor="ana", ratio=3)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert phases(events).count("rolling_back") == 1
+    assert "rollback failed too" in events[-1].message
+    assert final.failure is not None
+    assert final.failure["kind"] == kind
+    assert final.failure["lines"]
