@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_agent_settings(find_config_path(args.config, environ), environ)
     service = build_service(settings, environ)
     try:
+        # Bind first: a taken port must fail before any operation is resumed.
+        sock = _bind(settings.listen_host, settings.listen_port)
         service.resume()
         app = create_app(service)
         config = uvicorn.Config(
@@ -73,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
             server_header=False,
         )
         server = _Server(config, settings, app.state.stopping)
-        sock = _bind(settings.listen_host, settings.listen_port)
         server.run(sockets=[sock])
     finally:
         (settings.state_dir / ADDR_FILE).unlink(missing_ok=True)

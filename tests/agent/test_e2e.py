@@ -154,3 +154,43 @@ def test_resize_ratio_2_to_4_over_http_reaches_ready(
         assert agent.stop(signal.SIGTERM, timeout_s=30) == 0
         poll.join(timeout=30)
         assert answers == [200]
+
+
+def test_agent_killed_mid_start_resumes_and_the_operation_ends_ready(
+    tmp_path: Path, started: tuple[Path, AgentSettings]
+) -> None:
+    """SIGKILL the agent while the new server loads its weights, start it again: the operation
+    ends ready, its event list has no gap, and the server was started only once."""
+    config, settings = started
+    args = ["--config", str(config)]
+    with run_agent(tmp_path, args, agent_env(), settings.state_dir) as first:
+        with httpx.Client(base_url=first.url, headers=auth(), timeout=30) as http:
+            response = http.post(
+                "/v1/operations", json={"kind": "resize", "ratio": 4, "actor": "ana"}
+            )
+            assert response.status_code == 202, response.text
+            op_id = response.json()["id"]
+            after = 0
+            for _ in range(120):
+                body = http.get(
+                    f"/v1/operations/{op_id}", params={"after": after, "wait": 10}
+                ).json()
+                after = body["last_seq"]
+                if any(event["phase"] == "load_weights" for event in body["events"]):
+                    break
+                assert body["state"] == "running", body["events"]
+            else:
+                pytest.fail("the start never reached load_weights")
+        first.process.kill()
+        first.process.wait(timeout=10)
+
+    with (
+        run_agent(tmp_path, args, agent_env(), settings.state_dir) as second,
+        httpx.Client(base_url=second.url, headers=auth(), timeout=30) as http,
+    ):
+        final, events = _follow(http, op_id)
+        assert final["state"] == "ready", events[-3:]
+        assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
+        assert [event["phase"] for event in events].count("starting") == 1
+        assert http.get("/v1/status").json()["config"]["hicache_ratio"] == 4.0
+        assert second.stop(signal.SIGTERM) == 0
