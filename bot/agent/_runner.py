@@ -20,7 +20,7 @@ from bot.agent._watch import StartWatcher
 from bot.agent.cmdline import read_hicache, read_topology
 from bot.agent.gpu_wait import wait_for_gpus_free
 from bot.errors import GpusBusyError, KimiOpsError
-from bot.planner import estimate_startup_seconds
+from bot.planner import StartSample, estimate_startup_seconds
 
 __all__ = ["Abandoned", "Runner", "RunnerContext", "SGLangLike"]
 
@@ -44,7 +44,7 @@ class Runner:
         self._progress = ProgressModel()
         self._cursor: dict[str, Any] = {}
         self._t0: float | None = None  # Unix time the current start began
-        self._expected_s: float | None = None
+        self._samples: list[StartSample] = []
 
     # -- events -------------------------------------------------------------------------------
 
@@ -70,7 +70,9 @@ class Runner:
         if self._t0 is not None:
             elapsed = max(0.0, self.ctx.clock.now().timestamp() - self._t0)
             payload.setdefault("elapsed_s", round(elapsed, 1))
-            eta = eta_seconds(elapsed, self._progress.last, self._expected_s)
+            # This host's earlier starts, scaled to the pool: as planned, then as logged.
+            expected = estimate_startup_seconds(self._samples, self._progress.host_gb_per_rank)
+            eta = eta_seconds(elapsed, self._progress.last, expected)
             if eta is not None:
                 payload.setdefault("eta_s", eta)
         self.ctx.state.append_event(
@@ -236,9 +238,7 @@ class Runner:
         applied = read_hicache(argv)
         expected_gb = cursor.get("expected_gb")
         self._progress = ProgressModel(expected_gb)
-        self._expected_s = estimate_startup_seconds(
-            ctx.state.startup_samples(), float(expected_gb or 0.0)
-        )
+        self._samples = ctx.state.startup_samples()
         step = cursor.get("step", "stopping")
         status = ctx.control.status()
         pid = cursor.get("pid")

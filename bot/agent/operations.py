@@ -116,7 +116,7 @@ class OperationManager:
                     since=held.created_at,
                 )
             current_argv = self.control.read_command()
-            current_rev = self._current_revision(current_argv, actor)
+            current_rev = self._current_revision(current_argv)
             target_argv: list[str] | None = None
             rollback_of: int | None = None
             if kind == "resize":
@@ -144,7 +144,7 @@ class OperationManager:
                 kind, actor, ratio, size_gb, revision, plan, target_argv, setting, rollback_of
             )
 
-    def _current_revision(self, argv: list[str], actor: str) -> RevisionView:
+    def _current_revision(self, argv: list[str]) -> RevisionView:
         """The revision the server runs now; the first time (or after an edit outside the
         agent) it is recorded as "observed", ready if the server answers 200 now."""
         revisions = self.state.revisions()
@@ -158,7 +158,7 @@ class OperationManager:
             argv=argv,
             hicache=asdict(read_hicache(argv)),
             created_at=now,
-            actor=actor,
+            actor="kimi-ops (found running)",
             kind="observed",
             outcome="ready" if healthy else "unknown",
             became_ready=healthy,
@@ -230,7 +230,7 @@ class OperationManager:
         )  # fmt: skip
         rev_id = self.state.add_revision(
             argv=argv,
-            hicache=asdict(setting),
+            hicache=asdict(read_hicache(argv)),  # as written, write policy and all
             created_at=now,
             actor=actor,
             kind=kind,

@@ -194,6 +194,18 @@ def test_rollback_returns_to_the_last_ready_config(harness_factory: Callable[...
     info = harness.parts()[2].server_info()
     assert info is not None
     assert info["hicache_ratio"] == 2
+    # The ETA comes from this host's earlier start, scaled to the new pool: a fixed cost plus
+    # 60 s of pinning per 110 GB per rank (the upstream rate, one sample here).
+    first = manager.state.revision(resized.revision or 0)
+    assert first is not None
+    assert first.startup_s is not None
+    assert first.host_gb_per_rank is not None
+    rate = 60 / 110
+    assert back.plan is not None
+    planned_gb = back.plan["per_rank_bytes"] / 1e9
+    expected = max(0.0, first.startup_s - rate * first.host_gb_per_rank) + rate * planned_gb
+    starting = next(e for e in manager.state.events(back.id) if e.phase == "starting")
+    assert starting.data["eta_s"] + starting.data["elapsed_s"] == pytest.approx(expected, abs=0.15)
     newest = manager.revisions()[0]
     assert (newest.kind, newest.rollback_of) == ("rollback", resized.revision)
     assert newest.became_ready
