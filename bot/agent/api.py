@@ -165,6 +165,10 @@ def create_app(service: ApiService) -> FastAPI:
         description="Plan, apply and watch SGLang HiCache changes on one GPU host.",
         docs_url=None,
         redoc_url=None,
+        responses={
+            401: {"description": 'missing or wrong bearer token: {"detail": "unauthorized"}'},
+            503: {"description": "the host, the server control or the state could not answer"},
+        },
     )
     _add_error_handlers(app)
     # Set by the server on shutdown: long-polls then answer at once.
@@ -200,6 +204,11 @@ def create_app(service: ApiService) -> FastAPI:
         status_code=202,
         summary="start a resize, restart or rollback",
         description="Re-plans on fresh facts: 422 if refused, 409 if stale or busy, else 202.",
+        responses={
+            404: {"description": "rollback to a revision that does not exist"},
+            409: {"description": "stale fingerprint, or another operation holds the server"},
+            422: {"description": "invalid body, or the plan is refused (with the Plan)"},
+        },
     )
     def submit(body: OperationBody) -> JSONResponse:
         if body.kind == "resize" and _rejected_by_sglang(body):
@@ -223,6 +232,8 @@ def create_app(service: ApiService) -> FastAPI:
     @app.get(
         "/v1/operations/{op_id}",
         summary="an operation and its events after SEQ (long-poll up to WAIT seconds)",
+        description=f"WAIT is cut to {MAX_WAIT_S:g} s; events are kept, so nothing is lost.",
+        responses={404: {"description": "no such operation"}},
     )
     def operation(
         op_id: Annotated[int, Path(ge=1, le=2**62)],
