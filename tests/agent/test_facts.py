@@ -9,21 +9,23 @@ SGLANG_FACTS.md's formulas and the profile, not by the code under test.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bot.agent.cmdline import HiCacheSetting, Topology
 from bot.agent.config import AgentSettings
 from bot.agent.control import ServerControl, make_control
 from bot.agent.facts import FactsService, fingerprint_of, local_ranks
-from bot.agent.probe import make_probe
+from bot.agent.probe import SystemProbe, make_probe
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state import AgentState
 from bot.clock import SystemClock
-from bot.errors import BackendError
+from bot.errors import BackendError, GpuProbeError
 from bot.planner import ChangeRequest
 from tests.agent._api_helpers import SMALL, agent_settings
 from tests.agent.conftest import wait_until
@@ -223,3 +225,75 @@ def test_stopped_server_capacity_comes_from_its_startup_log(rig: Rig) -> None:
     plan, _ = rig.facts.plan(ChangeRequest(ratio=4))
     expected = (DEVICE_TOKENS * 4 + 1) * BYTES_PER_TOKEN / GB
     assert plan.per_rank_gb == pytest.approx(expected, rel=1e-3)
+
+
+class _Nvml:
+    """A stand-in for NVML (this machine has no GPU): two 96 GiB GPUs, this test process holding
+    2 GiB on GPU 0, or a lost GPU when ``lost`` is set."""
+
+    def __init__(self, lost: bool = False) -> None:
+        self.lost = lost
+
+    def init(self) -> None:
+        pass
+
+    def device_count(self) -> int:
+        return 2
+
+    def device_name(self, index: int) -> str:
+        return "NVIDIA RTX PRO 6000 Blackwell"
+
+    def memory(self, index: int) -> tuple[int, int]:
+        if self.lost and index == 1:
+            raise GpuProbeError("NVML nvmlDeviceGetMemoryInfo on GPU 1: GPU is lost")
+        return 96 * GIB, (2 * GIB if index == 0 else 0)
+
+    def compute_processes(self, index: int) -> list[tuple[int, int]]:
+        return [(os.getpid(), 2 * GIB)] if index == 0 else []
+
+
+def _facts_with_nvml(tmp_path: Path, nvml: _Nvml) -> tuple[FactsService, AgentState]:
+    settings = agent_settings(tmp_path, profile=SMALL, probe="host")
+    clock = SystemClock()
+    state = AgentState(settings.state_dir)
+    facts = FactsService(
+        settings,
+        SystemProbe(nvml=nvml),
+        make_control(settings, clock),
+        SGLangClient(settings.server_url),
+        state,
+        clock,
+    )
+    return facts, state
+
+
+def test_gpu_devices_and_their_processes_are_laid_out_in_gb(tmp_path: Path) -> None:
+    """Each GPU shows its memory in GB and bytes, and each compute process its pid, its name
+    (from psutil: here this very process) and its memory."""
+    facts, state = _facts_with_nvml(tmp_path, _Nvml())
+    try:
+        gpus = facts.status()["gpus"]
+    finally:
+        state.close()
+    assert gpus["available"] is True
+    assert [gpu["memory_total_gb"] for gpu in gpus["devices"]] == [103.08, 103.08]
+    assert gpus["devices"][0]["memory_used_bytes"] == 2 * GIB
+    process = gpus["devices"][0]["processes"][0]
+    assert process["pid"] == os.getpid()
+    assert process["name"] == psutil.Process().name()
+    assert process["used_gb"] == round(2 * GIB / GB, 2)
+    assert gpus["devices"][1]["processes"] == []
+
+
+def test_a_failing_gpu_probe_is_unavailable_with_the_reason_not_a_crash(tmp_path: Path) -> None:
+    """An NVML failure leaves GPU facts "unavailable" with NVML's reason; the rest still reads."""
+    facts, state = _facts_with_nvml(tmp_path, _Nvml(lost=True))
+    try:
+        body = facts.status()
+    finally:
+        state.close()
+    assert body["gpus"]["available"] is False
+    assert "GPU is lost" in body["gpus"]["reason"]
+    assert any("GPU is lost" in problem for problem in body["problems"])
+    assert body["ram"]["total_gb"] > 0
+    assert body["config"]["effective"] == "ratio 2 x device pool"
