@@ -60,13 +60,14 @@ class Harness:
         self.clients.append(client)
         return control, state, client
 
-    def manager(self, fresh: bool = False, **kwargs: Any) -> OperationManager:
+    def manager(self, fresh: bool = False, sglang: Any = None, **kwargs: Any) -> OperationManager:
+        """A manager on this harness; ``sglang`` replaces the runner's SGLang client."""
         control, state, client = self.parts(fresh)
         probe = make_probe(self.settings)
         clock = SystemClock()
         facts = FactsService(self.settings, probe, control, client, state, clock)
         manager = OperationManager(
-            self.settings, control, probe, client, state, clock, facts.plan, **kwargs
+            self.settings, control, probe, sglang or client, state, clock, facts.plan, **kwargs
         )
         self.managers.append(manager)
         return manager

@@ -8,10 +8,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from bot.agent.probe import make_probe
+from bot.agent.sglang_client import SGLangClient
 from tests.agent._ops_fixtures import (
     Harness,
     free_port,
@@ -176,3 +178,40 @@ def test_a_stall_ends_when_the_log_moves_again(harness_factory: Callable[..., Ha
     names = phases(events)
     assert names.index("stalled") < names.index("http")
     assert names.count("stalled") == 1
+
+
+class _Unhealthy:
+    """The real client, except that /health answers 503 for good: the simulator's health only
+    flaps (KIMI_SIM_FAIL=health_flap), so a server stuck unhealthy is stood in for here."""
+
+    def __init__(self, client: SGLangClient) -> None:
+        self.client = client
+        self.broken = False
+
+    def health(self) -> int | None:
+        code = self.client.health()
+        return 503 if code == 200 and self.broken else code
+
+    def server_info(self) -> dict[str, Any] | None:
+        return self.client.server_info()
+
+
+def test_health_failing_after_http_came_up_fails_the_start(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """/health failing for the grace time after HTTP came up fails the start, and the rollback
+    (unhealthy too) fails once more: the operation ends failed, with the code in the message."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    harness.start_server()
+    client = harness.parts()[2]
+    unhealthy = _Unhealthy(client)
+    manager = harness.manager(sglang=unhealthy, health_grace_s=0.5)
+    op = manager.submit("resize", actor="ana", ratio=3)  # the running config was healthy
+    unhealthy.broken = True
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert final.failure is not None
+    assert "/health answered 503" in events[-1].message
+    assert phases(events).count("rolling_back") == 1
+    assert "verifying" not in phases(events)
