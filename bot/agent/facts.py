@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bot.agent._api_sources import (
-    MAX_LOG_BYTES,
     LogPools,
     device_from_info,
     page_size,
     pools_of,
+    read_log_tail,
     version_of,
 )
 from bot.agent._api_status import status_body
@@ -49,7 +49,6 @@ from bot.planner import (
     host_pool_for_size,
     make_plan,
 )
-from bot.startup import read_startup_report
 
 __all__ = [
     "Capacity",
@@ -352,10 +351,8 @@ class FactsService:
         with self._lock:
             cached = self._log_cache
         if cached is None or cached[0] != key:
-            if stat.st_size > MAX_LOG_BYTES:
-                return None, None, (None, None)  # too big to parse per request; state has it
             try:
-                report = read_startup_report(path)
+                report = read_log_tail(path)
             except KimiOpsError:
                 return None, None, (None, None)
             cached = (key, pools_of(report))
