@@ -65,7 +65,7 @@ def sim_command(port: int, tp: int, *hicache: str) -> list[str]:
 def write_config(
     tmp_path: Path,
     profile: str = KIMI,
-    speed: float = 0.005,
+    speed: float = 0.002,
     hicache: tuple[str, ...] = ("--enable-hierarchical-cache", "--hicache-ratio", "2"),
     probe: str = "sim",
     **agent: Any,
