@@ -116,7 +116,7 @@ class OperationManager:
                     since=held.created_at,
                 )
             current_argv = self.control.read_command()
-            current_rev = self._current_revision(current_argv)
+            current_rev = self._recorded_revision(current_argv)
             target_argv: list[str] | None = None
             rollback_of: int | None = None
             if kind == "resize":
@@ -140,16 +140,25 @@ class OperationManager:
                 validate_command(target_argv)
             except CommandLineError as exc:
                 raise InputError(f"the new command line is not valid: {exc}") from exc
+            # Only now, with every check passed, does the request write anything.
+            if current_rev is None:
+                current_rev = self._record_observed(current_argv)
+            if kind == "rollback":
+                rollback_of = current_rev.id
             return self._create(
                 kind, actor, ratio, size_gb, revision, plan, target_argv, setting, rollback_of
             )
 
-    def _current_revision(self, argv: list[str]) -> RevisionView:
-        """The revision the server runs now; the first time (or after an edit outside the
-        agent) it is recorded as "observed", ready if the server answers 200 now."""
+    def _recorded_revision(self, argv: list[str]) -> RevisionView | None:
+        """The revision the server runs now, if the agent has recorded it."""
         revisions = self.state.revisions()
         if revisions and list(revisions[0].argv) == argv:
             return revisions[0]
+        return None
+
+    def _record_observed(self, argv: list[str]) -> RevisionView:
+        """The first time (or after an edit outside the agent) the running config is recorded
+        as "observed", ready if the server answers 200 now, so a failed start can return to it."""
         healthy = self._ctx.sglang.health() == 200
         info = self._ctx.sglang.server_info() if healthy else None
         tokens = info.get("max_total_num_tokens") if info else None
@@ -172,7 +181,7 @@ class OperationManager:
         self,
         kind: str,
         current_argv: list[str],
-        current: RevisionView,
+        current: RevisionView | None,
         revision: int | None,
     ) -> tuple[list[str], HiCacheSetting, int | None]:
         if kind == "restart":
@@ -186,7 +195,9 @@ class OperationManager:
                 (
                     r
                     for r in self.state.revisions()
-                    if r.became_ready and r.id != current.id and list(r.argv) != current_argv
+                    if r.became_ready
+                    and (current is None or r.id != current.id)
+                    and list(r.argv) != current_argv
                 ),
                 None,
             )
@@ -194,7 +205,8 @@ class OperationManager:
                 raise NotFound(
                     "no earlier revision became ready to roll back to; name one with revision"
                 )
-        return list(target.argv), read_hicache(list(target.argv)), current.id
+        # rollback_of is the current revision, recorded once every check has passed.
+        return list(target.argv), read_hicache(list(target.argv)), None
 
     def _plan(
         self, kind: str, setting: HiCacheSetting, ratio: float | None, size_gb: float | None

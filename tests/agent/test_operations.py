@@ -78,7 +78,7 @@ def test_oversized_request_is_refused_before_anything_stops(
     harness_factory: Callable[..., Harness],
 ) -> None:
     """8 x 300 GB on the simulated 449 GB host is refused with the Plan; the server keeps its pid
-    and no operation is recorded."""
+    and no operation or revision is recorded."""
     harness = harness_factory(
         sim_command(free_port(), "--enable-hierarchical-cache", "--hicache-ratio", "2", tp=8),
         profile="kimi-k25-8gpu",
@@ -93,6 +93,7 @@ def test_oversized_request_is_refused_before_anything_stops(
     assert plan.total_gb == pytest.approx(8 * 300, rel=1e-3)  # type: ignore[attr-defined]
     assert harness.parts()[0].status().main_pid == pid
     assert manager.recent(10) == []
+    assert manager.revisions() == []
 
 
 def test_start_dying_of_host_memory_rolls_back(harness_factory: Callable[..., Harness]) -> None:
@@ -133,6 +134,7 @@ def test_stale_fingerprint_and_concurrent_operation_are_rejected(
     with pytest.raises(StaleProposal):
         manager.submit("resize", actor="ana", ratio=3, fingerprint="0000000000000000")
     assert manager.recent(10) == []
+    assert manager.revisions() == []
     op = manager.submit("restart", actor="ana")
     with pytest.raises(OperationConflict) as conflict:
         manager.submit("resize", actor="ben", ratio=3)
