@@ -18,6 +18,24 @@ _HEAD = [
     ("managers/tp_worker.py", 330, "_init_model_runner", "self._model_runner = ModelRunner("),
 ]
 
+# The scheduler frames every host-pool failure passes through (SGLang 0.5.9).
+_HOST_POOL_INIT: list[tuple[str, int, str, str]] = [
+    ("managers/scheduler.py", 401, "__init__", "self.init_cache_with_memory_pool()"),
+    (
+        "managers/scheduler.py",
+        742,
+        "init_cache_with_memory_pool",
+        "self.tree_cache = HiRadixCache(",
+    ),
+    (
+        "mem_cache/hiradix_cache.py",
+        98,
+        "__init__",
+        "self.token_to_kv_pool_host = MLATokenToKVPoolHost(",
+    ),
+    ("mem_cache/memory_pool_host.py", 733, "__init__", "super().__init__("),
+]
+
 _CHAINS: dict[str, list[tuple[str, int, str, str]]] = {
     "init": [
         (
@@ -55,37 +73,11 @@ _CHAINS: dict[str, list[tuple[str, int, str, str]]] = {
         ("model_executor/cuda_graph_runner.py", 372, "__init__", "raise Exception("),
     ],
     "host_pool": [
-        ("managers/scheduler.py", 401, "__init__", "self.init_cache_with_memory_pool()"),
-        (
-            "managers/scheduler.py",
-            742,
-            "init_cache_with_memory_pool",
-            "self.tree_cache = HiRadixCache(",
-        ),
-        (
-            "mem_cache/hiradix_cache.py",
-            98,
-            "__init__",
-            "self.token_to_kv_pool_host = MLATokenToKVPoolHost(",
-        ),
-        ("mem_cache/memory_pool_host.py", 733, "__init__", "super().__init__("),
+        *_HOST_POOL_INIT,
         ("mem_cache/memory_pool_host.py", 121, "__init__", "raise ValueError("),
     ],
     "host_assert": [
-        ("managers/scheduler.py", 401, "__init__", "self.init_cache_with_memory_pool()"),
-        (
-            "managers/scheduler.py",
-            742,
-            "init_cache_with_memory_pool",
-            "self.tree_cache = HiRadixCache(",
-        ),
-        (
-            "mem_cache/hiradix_cache.py",
-            98,
-            "__init__",
-            "self.token_to_kv_pool_host = MLATokenToKVPoolHost(",
-        ),
-        ("mem_cache/memory_pool_host.py", 733, "__init__", "super().__init__("),
+        *_HOST_POOL_INIT,
         ("mem_cache/memory_pool_host.py", 104, "__init__", "assert ("),
     ],
 }
