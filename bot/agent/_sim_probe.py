@@ -4,8 +4,9 @@ On a laptop or in CI the agent plans against the simulated host (for ``kimi-k25-
 RAM, 8 GPUs) instead of the machine it runs on: RAM available is the profile's figure less what
 live simulated servers hold, the GPUs are the profile's with the simulators as their compute
 processes, and the RAM a restart releases is the host pool the simulator recorded for that pid.
-Stray ``sglang::*`` processes are real processes (``python -m bot.sim.stray``) and are looked up
-on the real process table.
+Stray ``sglang::*`` processes are those the simulated host records (``python -m bot.sim.stray``
+registers itself there), not whatever else runs on this machine: tests and demos sharing a machine
+each see only their own simulated host.
 """
 
 from __future__ import annotations
@@ -79,7 +80,16 @@ class SimProbe:
         return sum(s.host_bytes for s in self._snapshot().servers if s.pid in tree)
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
-        return [
-            ProcessInfo(pid, title, tuple(cmdline))
-            for pid, title, cmdline in _ram.stray_processes(exclude_pids)
-        ]
+        """The simulated host's ``sglang::*`` GPU holders outside the trees of
+        ``exclude_pids``."""
+        excluded: set[int] = set()
+        for pid in exclude_pids:
+            excluded |= _ram.process_tree_pids(pid) or {pid}
+        strays: dict[int, ProcessInfo] = {}
+        for gpu in self._snapshot().gpus:
+            for process in gpu.processes:
+                if process.name.startswith("sglang::") and process.pid not in excluded:
+                    strays.setdefault(
+                        process.pid, ProcessInfo(process.pid, process.name, (process.name,))
+                    )
+        return list(strays.values())

@@ -1,9 +1,11 @@
-"""Wait, after a stop, until no compute process holds the server's GPUs.
+"""Wait, after a stop, until no compute process holds the server's GPUs and no stray SGLang
+process is alive.
 
 Killed SGLang servers can leave ``sglang::scheduler_TP*`` children behind, and the kernel releases
 pinned memory only during reclaim (SGLANG_FACTS.md section 5): starting again too early fails with
-"The memory capacity is unbalanced". So the agent polls NVML until the GPUs show no compute
-process, and otherwise gives up naming every PID still holding them.
+"The memory capacity is unbalanced". So the agent polls NVML and the process table until both are
+clear, and otherwise gives up naming every PID still in the way. Without NVML (no library or
+driver) only the process table is watched.
 """
 
 from __future__ import annotations
@@ -20,14 +22,12 @@ __all__ = ["WaitResult", "wait_for_gpus_free"]
 
 @dataclass(frozen=True)
 class WaitResult:
-    """How the wait ended: seconds waited, polls made, and a note when there was nothing to
-    watch (no GPU facts on this host). ``strays`` lists sglang processes outside the server that
-    were alive at the end (they hold no GPU then, but hold host RAM)."""
+    """How the wait ended: seconds waited, polls made, and a note when the GPUs could not be
+    watched (no GPU facts on this host)."""
 
     waited_s: float
     polls: int
     note: str | None = None
-    strays: tuple[ProcessInfo, ...] = ()
 
 
 def _holders(
@@ -51,9 +51,11 @@ def wait_for_gpus_free(
     poll_s: float,
 ) -> WaitResult:
     """Poll until the GPUs (``gpu_indices``; None = all) hold no compute process outside
-    ``exclude_pids``, at most ``timeout_s``; raise GpusBusyError naming the holders otherwise.
+    ``exclude_pids`` and no stray SGLang process lives, at most ``timeout_s``; raise
+    GpusBusyError naming what is still there otherwise.
 
-    With no GPU facts (no NVML library or driver) it returns at once with a note.
+    With no GPU facts (no NVML library or driver) only stray processes are waited on, and the
+    result says so.
     """
     indices = None if gpu_indices is None else frozenset(gpu_indices)
     exclude = frozenset(exclude_pids)
@@ -61,18 +63,17 @@ def wait_for_gpus_free(
     polls = 0
     while True:
         facts = probe.gpus()
+        strays = probe.stray_server_processes(exclude)
         polls += 1
         waited = clock.monotonic() - start
-        if not facts.available:
-            return WaitResult(
-                waited, polls, note=f"no GPU facts ({facts.reason}); nothing to wait on"
-            )
-        holders = _holders(facts, indices, exclude)
-        if not holders:
-            strays = tuple(probe.stray_server_processes(exclude))
-            return WaitResult(waited, polls, strays=strays)
+        holders = _holders(facts, indices, exclude) if facts.available else []
+        if not holders and not strays:
+            note = None
+            if not facts.available:
+                note = f"no GPU facts ({facts.reason}); checked for stray SGLang processes only"
+            return WaitResult(waited, polls, note=note)
         if waited >= timeout_s:
-            raise _busy_error(holders, probe.stray_server_processes(exclude), waited)
+            raise _busy_error(holders, strays, waited)
         clock.sleep(min(poll_s, max(timeout_s - waited, 0.0)))
 
 
@@ -87,11 +88,14 @@ def _busy_error(
         f"PID {pid} ({name}) on GPU {','.join(map(str, gpus))} holding {used / 1e9:.1f} GB"
         for pid, (name, gpus, used) in sorted(by_pid.items())
     ]
-    stray_parts = [f"PID {s.pid} ({s.name})" for s in strays if s.pid not in by_pid]
-    message = f"GPUs still busy after {waited:.0f} s: " + "; ".join(parts)
-    if stray_parts:
-        message += "; stray SGLang processes: " + ", ".join(stray_parts)
-    message += ". Stop those processes (kill PID), then try again."
+    parts += [
+        f"PID {s.pid} ({s.name}), a stray SGLang process" for s in strays if s.pid not in by_pid
+    ]
+    message = (
+        f"GPUs still busy after {waited:.0f} s: "
+        + "; ".join(parts)
+        + ". Stop those processes (kill PID), then try again."
+    )
     processes = [
         {"pid": pid, "name": name, "gpus": gpus, "used_bytes": used}
         for pid, (name, gpus, used) in sorted(by_pid.items())

@@ -40,10 +40,13 @@ class FakeClock:
 class ScriptedProbe:
     """Answers gpus() from a list of states, repeating the last one (no GPU here)."""
 
-    def __init__(self, states: list[GpuFacts], strays: list[ProcessInfo] | None = None) -> None:
+    def __init__(
+        self, states: list[GpuFacts], strays: list[list[ProcessInfo]] | None = None
+    ) -> None:
         self.states = states
-        self.strays = strays or []
+        self.stray_states = strays or [[]]
         self.calls = 0
+        self.stray_calls = 0
 
     def ram(self) -> RamFacts:
         return RamFacts(449 * GB, 400 * GB)
@@ -58,7 +61,9 @@ class ScriptedProbe:
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
         excluded = set(exclude_pids)
-        return [s for s in self.strays if s.pid not in excluded]
+        strays = self.stray_states[min(self.stray_calls, len(self.stray_states) - 1)]
+        self.stray_calls += 1
+        return [s for s in strays if s.pid not in excluded]
 
 
 def _facts(*per_gpu: list[GpuProcess]) -> GpuFacts:
@@ -109,21 +114,21 @@ def test_excluded_pids_do_not_count() -> None:
 def test_timeout_names_every_holder_and_stray() -> None:
     """After the timeout the error names each PID, its name, GPUs and memory, and strays."""
     stray = ProcessInfo(4200, "sglang::detokenizer", ("sglang::detokenizer",))
-    probe = ScriptedProbe([_facts([SCHED0], [SCHED0, SCHED1])], strays=[stray])
+    probe = ScriptedProbe([_facts([SCHED0], [SCHED0, SCHED1])], strays=[[stray]])
     clock = FakeClock()
     with pytest.raises(GpusBusyError) as caught:
         wait_for_gpus_free(probe, clock, None, [], 10, 3)
     message = str(caught.value)
     assert "PID 4101 (sglang::scheduler_TP0) on GPU 0,1 holding 240.0 GB" in message
     assert "PID 4102 (sglang::scheduler_TP1) on GPU 1 holding 120.0 GB" in message
-    assert "PID 4200 (sglang::detokenizer)" in message
+    assert "PID 4200 (sglang::detokenizer), a stray SGLang process" in message
     assert [p["pid"] for p in caught.value.processes] == [4101, 4102, 4200]
     # polls at 0, 3, 6, 9, then one last at the 10 s deadline
     assert clock.sleeps == [3, 3, 3, 1]
 
 
-def test_no_gpu_facts_returns_immediately_with_a_note() -> None:
-    """Without NVML there is nothing to wait on: return at once and say so."""
+def test_no_gpu_facts_returns_at_once_with_a_note() -> None:
+    """Without NVML and with no stray process there is nothing to wait on: return and say so."""
     facts = GpuFacts(available=False, reason="no NVML library on this host")
     clock = FakeClock()
     result = wait_for_gpus_free(ScriptedProbe([facts]), clock, None, [], 120, 1)
@@ -132,10 +137,19 @@ def test_no_gpu_facts_returns_immediately_with_a_note() -> None:
     assert "no NVML library" in result.note
 
 
-def test_strays_without_gpu_memory_are_reported_not_waited_on() -> None:
-    """Stray sglang processes holding no GPU are listed in the result; the wait ends."""
+def test_stray_schedulers_are_waited_out_even_without_gpu_memory() -> None:
+    """An orphaned sglang::scheduler alive after the stop holds the start until it exits."""
     stray = ProcessInfo(4300, "sglang::scheduler_TP3", ())
-    result = wait_for_gpus_free(
-        ScriptedProbe([_facts([])], strays=[stray]), FakeClock(), None, [], 10, 1
-    )
-    assert result.strays == (stray,)
+    clock = FakeClock()
+    probe = ScriptedProbe([_facts([])], strays=[[stray], [stray], []])
+    result = wait_for_gpus_free(probe, clock, None, [], 10, 1)
+    assert result.polls == 3
+    assert clock.sleeps == [1, 1]
+
+
+def test_a_stray_that_never_exits_fails_the_wait_without_nvml() -> None:
+    """With no GPU facts, a stray scheduler still blocks, and the error names its PID."""
+    facts = GpuFacts(available=False, reason="no NVML library on this host")
+    stray = ProcessInfo(4300, "sglang::scheduler_TP3", ())
+    with pytest.raises(GpusBusyError, match=r"PID 4300 \(sglang::scheduler_TP3\)"):
+        wait_for_gpus_free(ScriptedProbe([facts], strays=[[stray]]), FakeClock(), None, [], 5, 1)

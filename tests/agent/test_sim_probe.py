@@ -32,7 +32,8 @@ def test_idle_simulated_host_reports_the_profile(tmp_path: Path) -> None:
 
 
 def test_stray_from_the_simulator_holds_the_gpus(tmp_path: Path, spawn: Spawn) -> None:
-    """A simulated stray scheduler shows on the GPUs it claims and on the real process table."""
+    """A simulated stray scheduler shows on the GPUs it claims and as a stray of that simulated
+    host, and of no other."""
     env = {"KIMI_SIM_PROFILE": "small-2gpu", "KIMI_SIM_STATE_DIR": str(tmp_path), "PATH": ""}
     stray = spawn(sys.executable, "-m", "bot.sim.stray", "--gpus", "0,1", "--gib", "3", env=env)
     probe = SimProbe(load_profile("small-2gpu"), tmp_path)
@@ -40,6 +41,8 @@ def test_stray_from_the_simulator_holds_the_gpus(tmp_path: Path, spawn: Spawn) -
     for gpu in probe.gpus().gpus:
         assert [(p.pid, p.used_bytes) for p in gpu.processes] == [(stray.pid, 3 * GIB)]
     wait_until(lambda: any(s.pid == stray.pid for s in probe.stray_server_processes([])))
+    other_host = SimProbe(load_profile("small-2gpu"), tmp_path / "other")
+    assert other_host.stray_server_processes([]) == []
 
 
 def test_make_probe_picks_the_simulator(tmp_path: Path) -> None:
