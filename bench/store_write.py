@@ -78,6 +78,7 @@ def run(events: int, batch: int, single: int) -> dict[str, float | int]:
         single_s = time.perf_counter() - started
         store.close()
     return {
+        "bench": "store_write",
         "events": events,
         "batch": batch,
         "batched_events_per_s": round(events / batched_s, 1),
