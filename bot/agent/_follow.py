@@ -28,7 +28,8 @@ __all__ = ["Abandoned", "Emit", "Outcome", "RunnerContext", "SGLangLike", "Start
 # How often the log is read while following: often enough that "ready" is seen promptly, rarely
 # enough that following a busy log costs little (the parser skips batch lines in bulk).
 FOLLOW_S = 0.1
-# After the process died, how long to keep reading for its last lines (journald lags a little).
+# After the process died, or once /health answers 200, how long to keep reading for the lines
+# the server already wrote (journald lags a little).
 DRAIN_S = 0.5
 
 
@@ -149,6 +150,7 @@ class StartFollower:
                 if code == 200:
                     bad_since = None
                     if not verifying:
+                        self._catch_up(source)
                         verifying = True
                         last_move = now
                         self._moving(
@@ -192,6 +194,19 @@ class StartFollower:
                     list(figures.failure_lines),
                 )
             clock.sleep(min(FOLLOW_S, poll))
+
+    def _catch_up(self, source: LogSource) -> None:
+        """/health answers 200 only after the server logged its warmup and (just after) its
+        ready line, but a journal can deliver them later than HTTP answers: read on until the
+        ready line, at most DRAIN_S, so no phase is missing or reported after "verifying"."""
+        clock, watcher = self.ctx.clock, self.watcher
+        deadline = clock.monotonic() + DRAIN_S
+        while not watcher.figures.log_ready and clock.monotonic() < deadline:
+            text = source.read_new()
+            for draft in watcher.feed(text, clock.monotonic()):
+                self._draft(draft)
+            if not text:
+                clock.sleep(0.05)
 
     def _died(self, source: LogSource, exit_status: int | None) -> Outcome:
         """The process is gone: read its last lines, then classify from what the log said."""

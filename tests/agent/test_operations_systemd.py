@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 FAKE = Path(__file__).parent / "fake_systemd"
 UNIT = "sglang-ops.service"
 REPO = Path(__file__).resolve().parents[2]
+SIM_PROFILES = REPO / "bot" / "sim" / "profiles"
 
 # small-2gpu at --mem-fraction-static 0.7: 150,000 device tokens of 35,136 B (the profile).
 DEVICE_TOKENS = 150_000
@@ -206,6 +207,28 @@ def test_resize_through_systemd_reaches_ready(systemd_rig: Callable[..., Systemd
     info = rig.client().server_info()
     assert info is not None
     assert info["hicache_ratio"] == 3
+
+
+def test_a_lagging_journal_still_gives_every_phase_before_ready(
+    systemd_rig: Callable[..., SystemdRig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the journal 0.6 s behind the server (FAKE_JOURNAL_LAG_S, as a busy journald is) and
+    0.3 s between "Uvicorn running" and the warmup request, /health answers 200 before the
+    warmup line arrives; the operation still lists every phase in order before verifying."""
+    profile = json.loads((SIM_PROFILES / "small-2gpu.json").read_text())
+    profile["phase_seconds"]["http"] = 30.0  # x speed 0.01 = 0.3 s
+    path = tmp_path / "slow-http.json"
+    path.write_text(json.dumps(profile))
+    rig = systemd_rig({"KIMI_SIM_PROFILE": str(path)})
+    rig.start_server()
+    monkeypatch.setenv("FAKE_JOURNAL_LAG_S", "0.6")  # read by the journalctl the agent runs
+    manager = rig.manager()
+    op = manager.submit("resize", actor="ana", ratio=3)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "ready", events[-1].message
+    assert phases(events)[-5:] == ["host_pool", "http", "warmup", "verifying", "ready"]
+    assert events[-1].data["host_gb_per_rank"] == round(450_001 * BYTES_PER_TOKEN / 1e9, 2)
 
 
 def test_oversized_request_is_refused_before_anything_stops(
