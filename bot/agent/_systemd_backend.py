@@ -304,9 +304,25 @@ class SystemdControl:
         return True
 
     def open_log(self, since: float | None = None) -> JournalLogSource:
-        argv = [self._journalctl, "-u", self._unit, "-f", "-o", "cat"]
-        argv += ["--since", f"@{int(since)}"] if since is not None else ["-n", "0"]
-        return JournalLogSource(argv)
+        """The journal of the unit's current run when ``since`` is given (its start time), else
+        from now on.
+
+        The run is selected by its invocation ID (systemd >= 232): ``--since`` has whole-second
+        precision, so the previous run's last lines (a failed start's traceback) written in the
+        second the new run began would otherwise read as the new run's.
+        """
+        argv = [self._journalctl, "-f", "-o", "cat"]
+        if since is None:
+            return JournalLogSource([*argv, "-u", self._unit, "-n", "0"])
+        invocation = self._invocation_id()
+        if invocation:
+            return JournalLogSource([*argv, f"_SYSTEMD_INVOCATION_ID={invocation}"])
+        return JournalLogSource([*argv, "-u", self._unit, "--since", f"@{int(since)}"])
+
+    def _invocation_id(self) -> str:
+        out = self._run("show", "-p", "InvocationID", self._unit)
+        value = out.strip().partition("=")[2].strip()
+        return value if all(c in "0123456789abcdef" for c in value) else ""
 
 
 def _drop_in(argv: Sequence[str]) -> str:

@@ -213,3 +213,20 @@ def test_fallback_command_when_systemd_has_none(systemd: SystemdControl) -> None
         systemctl=str(FAKE / "systemctl"),
     )
     assert control.read_command() == ["python", "-m", "sglang.launch_server"]
+
+
+def test_the_log_of_a_run_holds_none_of_the_previous_runs_lines(systemd: SystemdControl) -> None:
+    """Two runs in the same second: the journal opened for the second run (by its invocation ID,
+    not --since, which has whole-second precision) shows only the second run's lines."""
+    for marker in ("run A: Not enough host memory available.", "run B: Init torch distributed"):
+        systemd.write_command([sys.executable, "-c", f"print({marker!r}, flush=True)"])
+        systemd.start()
+        wait_until(lambda: not systemd.status().running, timeout_s=20)
+    source = systemd.open_log(since=systemd.status().started_at)
+    chunks: list[str] = []
+    try:
+        wait_until(lambda: chunks.append(source.read_new()) or "run B" in "".join(chunks), 20)
+    finally:
+        source.close()
+    assert "run A" not in "".join(chunks)
+    assert any(call.startswith("show -p InvocationID") for call in _calls(systemd))
