@@ -8,48 +8,34 @@ device pool (``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB``) plus
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from bot.agent.cmdline import Topology
-from bot.errors import LogInputError, PlanInputError
+from bot.errors import PlanInputError
 from bot.planner import DEFAULT_SGLANG_VERSION, GiB, SGLangVersion
 from bot.startup import ReportBuilder, StartupParser, StartupReport
 
 __all__ = [
-    "LOG_TAIL_BYTES",
+    "LOG_RUN_BYTES",
     "LogPools",
     "device_from_info",
     "page_size",
     "pools_of",
-    "read_log_tail",
+    "report_of_text",
     "version_of",
 ]
 
 LogPools = tuple[int | None, float | None, tuple[int | None, float | None]]
-# Only the end of the log is read: the last start's pool lines are near it when the server is
-# down or starting, and a log of weeks of request lines is not re-parsed on every status call.
-LOG_TAIL_BYTES = 8 * 1024 * 1024
+# Only the beginning of the last run is read: its pool lines come within the first minutes of
+# output, and a run of weeks of request lines is not re-parsed on every status call.
+LOG_RUN_BYTES = 8 * 1024 * 1024
 
 
-def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> StartupReport:
-    """The startup report of the last ``max_bytes`` of the log at ``path`` (LogInputError if it
-    cannot be read). A line cut at the start of the tail is skipped."""
+def report_of_text(text: str) -> StartupReport:
+    """The startup report of one run's output."""
     parser = StartupParser()
     builder = ReportBuilder()
-    try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read(max_bytes)
-    except OSError as exc:
-        raise LogInputError(f"log file '{path}' cannot be read ({exc}); check its path") from exc
-    if size > max_bytes:
-        data = data[data.find(b"\n") + 1 :]
-    for event in parser.feed(data.decode("utf-8", errors="replace")):
-        builder.add(event)
-    for event in parser.close():
+    for event in [*parser.feed(text), *parser.close()]:
         builder.add(event)
     return builder.build()
 

@@ -269,6 +269,26 @@ class ProcessControl:
             offset = 0
         return FileLogSource(self._log_file, offset)
 
+    def last_run_key(self) -> str | None:
+        run = self._load_run()
+        try:
+            size = self._log_file.stat().st_size
+        except FileNotFoundError:
+            return None
+        return f"{run.log_offset if run else 0}:{size}"
+
+    def last_run_log(self, max_bytes: int) -> str:
+        run = self._load_run()
+        try:
+            with self._log_file.open("rb") as handle:
+                handle.seek(run.log_offset if run else 0)
+                data = handle.read(max_bytes)
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            raise BackendError(f"cannot read the server log {self._log_file}: {exc}") from exc
+        return data.decode("utf-8", errors="replace")
+
 
 def _argv_from(stored: object, path: Path) -> list[str]:
     argv = stored.get("argv") if isinstance(stored, dict) else None

@@ -319,6 +319,30 @@ class SystemdControl:
             return JournalLogSource([*argv, f"_SYSTEMD_INVOCATION_ID={invocation}"])
         return JournalLogSource([*argv, "-u", self._unit, "--since", f"@{int(since)}"])
 
+    def last_run_key(self) -> str | None:
+        return self._invocation_id() or None
+
+    def last_run_log(self, max_bytes: int) -> str:
+        """The first ``max_bytes`` of the last run's journal (its startup), read by invocation
+        ID; '' when systemd has no run of the unit on record."""
+        invocation = self._invocation_id()
+        if not invocation:
+            return ""
+        argv = [self._journalctl, "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation}"]
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise BackendError(f"cannot run {argv[0]!r}: {exc}") from exc
+        assert process.stdout is not None
+        with process.stdout:
+            data = process.stdout.read(max_bytes)  # a run of weeks: its beginning is enough
+        if process.poll() is None:
+            process.terminate()
+        process.wait(timeout=10)
+        return data.decode("utf-8", errors="replace")
+
     def _invocation_id(self) -> str:
         out = self._run("show", "-p", "InvocationID", self._unit)
         value = out.strip().partition("=")[2].strip()

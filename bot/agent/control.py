@@ -111,6 +111,16 @@ class ServerControl(Protocol):
         otherwise only what is written from now on."""
         ...
 
+    def last_run_key(self) -> str | None:
+        """What identifies the most recent run's output as it stands (it changes with a new run
+        or as its log grows), so a reader can cache what it parsed; None when there is none."""
+        ...
+
+    def last_run_log(self, max_bytes: int) -> str:
+        """The beginning of the most recent run's output, at most ``max_bytes`` (its startup
+        lines, which give the device and host pools after the server stopped); '' if none."""
+        ...
+
 
 def make_control(settings: AgentSettings, clock: Clock | None = None) -> ServerControl:
     """The backend ``[agent] backend`` names."""

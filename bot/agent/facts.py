@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bot.agent._api_sources import (
+    LOG_RUN_BYTES,
     LogPools,
     device_from_info,
     page_size,
     pools_of,
-    read_log_tail,
+    report_of_text,
     version_of,
 )
 from bot.agent._api_status import status_body
@@ -77,6 +78,10 @@ class _Control(Protocol):
     def read_command(self) -> list[str]: ...
 
     def status(self) -> _ProcessState: ...
+
+    def last_run_key(self) -> str | None: ...
+
+    def last_run_log(self, max_bytes: int) -> str: ...
 
 
 class _SGLang(Protocol):
@@ -187,7 +192,7 @@ class FactsService:
         # The version is only served while the server answers; remember it per server instance
         # so a busy /server_info does not change the fingerprint (and void every proposal).
         self._versions: dict[tuple[int, float | None], str] = {}
-        self._log_cache: tuple[tuple[str, int, int], LogPools] | None = None
+        self._log_cache: tuple[str, LogPools] | None = None
         self._lock = threading.Lock()
 
     # -- the snapshot ------------------------------------------------------------------------
@@ -338,26 +343,22 @@ class FactsService:
     def _device_from_log(
         self,
     ) -> tuple[int | None, float | None, tuple[int | None, float | None]]:
-        """Device pool and host pool per rank from the server's log file (process backend),
-        for when the server is down. Parsed once per version of the file."""
-        path = self._settings.log_file
-        if self._settings.backend != "process":
-            return None, None, (None, None)
+        """Device pool and host pool per rank from the beginning of the server's last run (the
+        log file or the journal), for when the server is down. Parsed once per run and size."""
+        nothing: LogPools = (None, None, (None, None))
         try:
-            stat = path.stat()
-        except OSError:
-            return None, None, (None, None)
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
-        with self._lock:
-            cached = self._log_cache
-        if cached is None or cached[0] != key:
-            try:
-                report = read_log_tail(path)
-            except KimiOpsError:
-                return None, None, (None, None)
-            cached = (key, pools_of(report))
+            key = self._control.last_run_key()
+            if key is None:
+                return nothing
             with self._lock:
-                self._log_cache = cached
+                cached = self._log_cache
+            if cached is None or cached[0] != key:
+                text = self._control.last_run_log(LOG_RUN_BYTES)
+                cached = (key, pools_of(report_of_text(text)))
+                with self._lock:
+                    self._log_cache = cached
+        except KimiOpsError:
+            return nothing
         return cached[1]
 
     # -- status and plans --------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bot.agent._api_sources import read_log_tail
+from bot.agent._api_sources import LOG_RUN_BYTES, report_of_text
 from bot.agent.cmdline import HiCacheSetting, Topology
 from bot.agent.config import AgentSettings
 from bot.agent.control import ServerControl, make_control
@@ -300,14 +300,15 @@ def test_a_failing_gpu_probe_is_unavailable_with_the_reason_not_a_crash(tmp_path
     assert body["config"]["effective"] == "ratio 2 x device pool"
 
 
-def test_only_the_end_of_a_long_log_is_read_for_the_pools(rig: Rig) -> None:
-    """The pools come from the log's tail: found while the last start is in it, not once
-    request lines have pushed it out (then the state's record of the start serves)."""
+def test_the_pools_come_from_the_beginning_of_the_last_run(rig: Rig) -> None:
+    """With the server stopped, the pools are read from the start of its last run, however many
+    request lines it printed after its startup (a tail of the log would no longer hold them)."""
     rig.start()
     rig.control.stop(grace_s=5)
     log = rig.settings.log_file
     access = '[2026-01-01 00:00:00] INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK\n'
     with log.open("a", encoding="utf-8") as handle:
-        handle.write(access * 2_000)  # ~170 kB of request lines after the start
-    assert read_log_tail(log, max_bytes=4_000_000).device_tokens == DEVICE_TOKENS
-    assert read_log_tail(log, max_bytes=100_000).device_tokens is None
+        handle.write(access * 200_000)  # ~17 MB of request lines after the start
+    text = rig.control.last_run_log(LOG_RUN_BYTES)
+    assert report_of_text(text).device_tokens == DEVICE_TOKENS
+    assert report_of_text(log.read_text()[-1_000_000:]).device_tokens is None

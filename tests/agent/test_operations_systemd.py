@@ -32,6 +32,7 @@ from bot.agent.sglang_client import SGLangClient
 from bot.agent.state import AgentState
 from bot.clock import SystemClock
 from bot.errors import PlanRefused
+from bot.planner import ChangeRequest
 from tests.agent._ops_fixtures import _kill_simulators, free_port, phases, wait_final
 from tests.agent.conftest import Spawn, wait_until
 
@@ -344,3 +345,25 @@ def test_leftover_gpu_process_blocks_the_start_naming_its_pid(
     assert "starting" not in phases(events)
     assert not rig.control().status().running
     assert rig.starts() == 1  # never started again
+
+
+def test_a_stopped_units_pools_come_from_its_journal(
+    systemd_rig: Callable[..., SystemdRig],
+) -> None:
+    """A unit the agent never started, now stopped: a ratio still plans, on the device pool its
+    last run logged in the journal (150,000 tokens of 35,136 B at 0.7 on small-2gpu)."""
+    rig = systemd_rig()
+    rig.start_server()
+    rig.control().stop(5)
+    state = AgentState(rig.settings.state_dir)
+    rig.closers.append(state.close)
+    client = rig.client()
+    facts = FactsService(
+        rig.settings, make_probe(rig.settings), rig.control(), client, state, SystemClock()
+    )
+    capacity = facts.snapshot().capacity
+    assert capacity.source == "startup_log"
+    assert capacity.device_tokens == DEVICE_TOKENS
+    plan, _ = facts.plan(ChangeRequest(ratio=3))
+    # int(150,000 x 3) + one page = 450,001 tokens per rank.
+    assert plan.per_rank_tokens == 450_001

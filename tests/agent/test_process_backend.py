@@ -262,3 +262,25 @@ def test_missing_executable_is_a_backend_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="/nonexistent/python"):
         control.start()
     assert control.status().state == "inactive"
+
+
+def test_last_run_log_is_the_beginning_of_the_last_run(
+    tmp_path: Path, controls: list[ProcessControl]
+) -> None:
+    """The log file holds every run; last_run_log starts at the last run's first line, and its
+    key changes with a new run or more output."""
+    control = _control(tmp_path, SERVE, "first")
+    controls.append(control)
+    assert control.last_run_key() is None  # no log yet
+    control.start()
+    wait_until(lambda: "first" in control.last_run_log(4096))
+    first_key = control.last_run_key()
+    control.stop(grace_s=5)
+    control.write_command([PYTHON, "-c", SERVE, "second"])
+    control.start()
+    wait_until(lambda: "second" in control.last_run_log(4096))
+    text = control.last_run_log(4096)
+    assert text.startswith("server up")
+    assert "first" not in text
+    assert control.last_run_key() != first_key
+    assert control.last_run_log(9) == "server up"

@@ -230,3 +230,19 @@ def test_the_log_of_a_run_holds_none_of_the_previous_runs_lines(systemd: Systemd
         source.close()
     assert "run A" not in "".join(chunks)
     assert any(call.startswith("show -p InvocationID") for call in _calls(systemd))
+
+
+def test_last_run_log_is_the_beginning_of_the_last_run(systemd: SystemdControl) -> None:
+    """After two runs, last_run_log gives the start of the second one only (from the journal, by
+    invocation ID), and its key changes with each run."""
+    keys = []
+    for marker in ("run A: KV Cache is allocated. #tokens: 1", "run B: KV Cache is allocated."):
+        systemd.write_command([sys.executable, "-c", f"print({marker!r}, flush=True)"])
+        systemd.start()
+        wait_until(lambda: not systemd.status().running, timeout_s=20)
+        keys.append(systemd.last_run_key())
+    wait_until(lambda: "run B" in systemd.last_run_log(4096), timeout_s=20)
+    assert "run A" not in systemd.last_run_log(4096)
+    assert None not in keys
+    assert keys[0] != keys[1]
+    assert systemd.last_run_log(5) == "run B"
