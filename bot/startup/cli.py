@@ -48,6 +48,7 @@ def render_text(report: StartupReport, source: str) -> str:
                 f"{span.phase.value:<13} {_time(span.start):<19}  {_time(span.end):<19}  "
                 f"{_duration(span.seconds):>9}"
             )
+        out.extend(_untimed_stretches(report))
     else:
         out.append("no startup line found in this log")
     out.append("")
@@ -57,6 +58,33 @@ def render_text(report: StartupReport, source: str) -> str:
         out.append(f"failure: {report.failure.kind.value}")
         out.extend(f"  {line}" for line in report.failure.lines)
     return "\n".join(out) + "\n"
+
+
+def _untimed_stretches(report: StartupReport) -> list[str]:
+    """Phases whose bounds the log does not date, as one stretch between two dated bounds:
+    "host_pool to ready took 2:37 in all: the lines that begin http and warmup carry no time"
+    (0.5.9's uvicorn lines; the silent pin is in that stretch)."""
+    lines: list[str] = []
+    spans = report.phases
+    index = 0
+    while index < len(spans):
+        span = spans[index]
+        if span.start is None or span.end is not None:
+            index += 1
+            continue
+        last = index + 1
+        while last < len(spans) and spans[last].start is None:
+            last += 1
+        inside = [s.phase.value for s in spans[index + 1 : last]]
+        if last < len(spans):
+            end = spans[last]
+            seconds = (end.start - span.start).total_seconds() if end.start else None
+            lines.append(
+                f"{span.phase.value} to {end.phase.value} took {_duration(seconds)} in all: "
+                f"the lines that begin {' and '.join(inside)} carry no time"
+            )
+        index = last
+    return lines
 
 
 def _verdict(report: StartupReport) -> str:

@@ -76,6 +76,9 @@ class PhaseStarted:
     at: datetime | None
     rank: str | None
     line: str
+    # False when the line carried no time of its own (0.5.9's uvicorn lines) and ``at`` is the
+    # last time seen: a bound, not when the phase began.
+    stamped: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ class StartupParser:
         self._discarding = False  # inside a line longer than MAX_LINE, past its kept part
         self._stamp = ""
         self._at: datetime | None = None
+        self._stamped = True  # whether the line being read carries its own time
         self._new_start()
 
     def _new_start(self) -> None:
@@ -138,6 +139,7 @@ class StartupParser:
         header = HEADER.match(segment)
         rank: str | None = None
         message = segment
+        self._stamped = header is not None
         if header is not None:
             stamp = header.group(1)
             if stamp != self._stamp:
@@ -257,7 +259,9 @@ class StartupParser:
         index = _PHASE_INDEX[phase]
         if index > self._phase:  # ranks interleave: only the first to get there moves the phase
             self._phase = index
-            out.append(PhaseStarted(phase=phase, at=at, rank=rank, line=line))
+            out.append(
+                PhaseStarted(phase=phase, at=at, rank=rank, line=line, stamped=self._stamped)
+            )
 
     def _detect(self, dialect: Dialect, at: datetime | None, line: str, out: list[Event]) -> None:
         if self._dialect is None:

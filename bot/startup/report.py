@@ -164,10 +164,12 @@ class ReportBuilder:
     def add(self, event: Event) -> None:
         """Take the next event in log order."""
         match event:
-            case PhaseStarted(phase=phase, at=at):
+            case PhaseStarted(phase=phase, at=at, stamped=stamped):
                 if phase is Phase.INIT and self._starts:
                     self._reset()  # a new start of the server: report on that one
-                self._starts.append((phase, at))
+                # A phase begun by an untimed line began at an unknown time: saying "when the
+                # last timed line was" would charge, say, the silent pin to the warmup.
+                self._starts.append((phase, at if stamped else None))
             case RankSeen(rank=rank):
                 self._ranks.add(rank)
             case DialectDetected(dialect=dialect):

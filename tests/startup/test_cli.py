@@ -22,6 +22,10 @@ def test_text_report_of_a_ready_start(capsys: pytest.CaptureFixture[str]) -> Non
     assert "load_weights  2026-02-24 11:18:41  2026-02-24 11:23:41       5:00" in out
     assert "host pool GB per rank: 44.77 on each of 8 ranks; total 358.16 GB" in out
     assert "ranks: 8 (TP0, TP1, TP2, TP3, TP4, TP5, TP6, TP7)" in out
+    # 0.5.9's uvicorn lines carry no time: the pin, HTTP and warmup are one dated stretch
+    # (11:24:01 to 11:26:38), not a 0:00 pin and a 2:37 warmup.
+    assert "host_pool to ready took 2:37 in all" in out
+    assert "warmup        -" in out
 
 
 def test_text_report_of_a_failed_start(capsys: pytest.CaptureFixture[str]) -> None:

@@ -103,16 +103,19 @@ def test_phases_move_forward_only_and_once() -> None:
 
 
 def test_untimestamped_lines_take_the_last_timestamp_seen() -> None:
-    """A uvicorn line without `[date]` is dated by the line before; one with it by its own."""
+    """A uvicorn line without `[date]` is dated by the line before and marked unstamped; one with
+    it by its own."""
     text = (
         "[2026-02-24 11:24:01 TP0] Allocating 44.77 GB host memory for hierarchical KV cache.\n"
         "INFO:     Started server process [12345]\n"
         "INFO:     Application startup complete.\n"
         '[2026-02-24 11:26:36] INFO:     127.0.0.1:40312 - "GET /model_info HTTP/1.1" 200 OK\n'
     )
-    phases = {e.phase: e.at for e in parse_all(text) if isinstance(e, PhaseStarted)}
-    assert phases[Phase.HTTP] == datetime(2026, 2, 24, 11, 24, 1)
-    assert phases[Phase.WARMUP] == datetime(2026, 2, 24, 11, 26, 36)
+    phases = {e.phase: e for e in parse_all(text) if isinstance(e, PhaseStarted)}
+    assert phases[Phase.HTTP].at == datetime(2026, 2, 24, 11, 24, 1)
+    assert phases[Phase.HTTP].stamped is False  # a bound, not when HTTP came up
+    assert phases[Phase.WARMUP].at == datetime(2026, 2, 24, 11, 26, 36)
+    assert phases[Phase.WARMUP].stamped is True
 
 
 def test_uvicorn_running_line_alone_means_http_up() -> None:
