@@ -177,9 +177,9 @@ start = (
 )
 lines = []
 for i in range(400):
-    lines.append(stamp + f"Decode batch. #running-req: 80, #token: {150000 + i}, token usage: "
+    lines.append(stamp + f"Decode batch, #running-req: 80, #token: {150000 + i}, token usage: "
                  "0.94, cuda graph: True, gen throughput (token/s): 2876.45, #queue-req: 12\n")
-    lines.append(stamp + f"Prefill batch. #new-seq: 1, #new-token: 512, #cached-token: {i * 7}, "
+    lines.append(stamp + f"Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: {i * 7}, "
                  "token usage: 0.94, #running-req: 80, #queue-req: 12\n")
     lines.append(f'INFO:     127.0.0.1:{40000 + i} - "POST /generate HTTP/1.1" 200 OK\n')
 block = "".join(lines).encode()

@@ -1,8 +1,8 @@
 """How fast the startup parser reads a busy SGLang log, beside `grep -c`; is memory flat.
 
 Writes a log of --mb MB (default 200) to a temporary directory: one 8-rank startup (0.5.9 texts)
-followed by what a serving SGLang prints per request (a `Prefill batch.` line, an access line,
-and a `Decode batch.` line every other request), then reads it back with `read_startup_report`
+followed by what a serving SGLang prints per request (a `Prefill batch,` line, an access line,
+and a `Decode batch,` line every other request), then reads it back with `read_startup_report`
 in 1 MiB chunks. Prints one JSON line:
 
     {"bench": "parse_throughput", "mb": 200, "seconds": ..., "mb_per_s": ...,
@@ -65,7 +65,7 @@ def _serving_block(second: int) -> str:
     lines = []
     for i in range(200):
         lines.append(
-            f"[{stamp} TP0] Prefill batch. #new-seq: 1, #new-token: {512 + i}, "
+            f"[{stamp} TP0] Prefill batch, #new-seq: 1, #new-token: {512 + i}, "
             f"#cached-token: {1024 * (i % 7)}, token usage: 0.{40 + i % 50:02d}, "
             f"#running-req: {60 + i % 40}, #queue-req: {i % 5}, \n"
         )
@@ -75,7 +75,7 @@ def _serving_block(second: int) -> str:
         )
         if i % 2 == 0:
             lines.append(
-                f"[{stamp} TP0] Decode batch. #running-req: {80 + i % 20}, #token: {150000 + i}, "
+                f"[{stamp} TP0] Decode batch, #running-req: {80 + i % 20}, #token: {150000 + i}, "
                 f"token usage: 0.{40 + i % 50:02d}, cuda graph: True, gen throughput (token/s): "
                 f"{1100 + i:.2f}, #queue-req: {i % 5}, \n"
             )

@@ -17,13 +17,14 @@ MAX_LINE = 65536
 EOL = re.compile(r"[\r\n]")
 
 # The lines of a serving SGLang that say nothing about a start, matched at a line's start:
-#   [2026-02-24 12:00:01 TP0] Prefill batch. #new-seq: 1, #new-token: 512, ...
-#   [2026-02-24 12:00:01 TP0] Decode batch. #running-req: 80, #token: 150000, ...
+#   [2026-02-24 12:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 512, ...
+#   [2026-02-24 12:00:01 TP0] Decode batch, #running-req: 80, #token: 150000, ...
+# (0.5.x prints "batch," and earlier builds "batch.": both are skipped)
 #   INFO:     127.0.0.1:45678 - "POST /generate HTTP/1.1" 200 OK
 # (the access line also comes with SGLang's "[date] " in front). Any access line except
 # /model_info, which is the warmup. An empty line is skipped too.
 _SKIP = (
-    r'(?:\[[^\]\r\n]*\] )?(?:Decode batch\.|Prefill batch\.|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
+    r'(?:\[[^\]\r\n]*\] )?(?:Decode batch[.,]|Prefill batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
 )
 # At the start of a piece of a line (between "\r" and "\n" separators).
 SKIP_LINE = re.compile(_SKIP)

@@ -181,8 +181,13 @@ def test_dialect_is_told_by_the_init_line() -> None:
 
 
 def test_batch_and_access_lines_give_no_event() -> None:
-    """Per-request lines of a serving server (batches, access logs, /health) are skipped."""
+    """Per-request lines of a serving server (batches in 0.5.x's "batch," and older builds'
+    "batch." wording, access logs, /health) are skipped."""
     text = (
+        "[2026-02-24 12:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 512, "
+        "#cached-token: 0, token usage: 0.65, #running-req: 79, #queue-req: 0, \n"
+        "[2026-02-24 12:00:01 TP0] Decode batch, #running-req: 80, #token: 150000, "
+        "token usage: 0.65, cuda graph: True, gen throughput (token/s): 1234.56, #queue-req: 0, \n"
         "[2026-02-24 12:00:01 TP0] Prefill batch. #new-seq: 1, #new-token: 512, "
         "#cached-token: 0, token usage: 0.65, #running-req: 79, #queue-req: 0, \n"
         "[2026-02-24 12:00:01 TP0] Decode batch. #running-req: 80, #token: 150000, "
