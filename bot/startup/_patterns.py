@@ -24,7 +24,7 @@ EOL = re.compile(r"[\r\n]")
 # (the access line also comes with SGLang's "[date] " in front). Any access line except
 # /model_info, which is the warmup. An empty line is skipped too.
 _SKIP = (
-    r'(?:\[[^\]\r\n]*\] )?(?:Decode batch[.,]|Prefill batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
+    r'(?:\[[^\]\r\n]*\] )?(?:(?:Decode|Prefill) batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
 )
 # At the start of a piece of a line (between "\r" and "\n" separators).
 SKIP_LINE = re.compile(_SKIP)
