@@ -149,8 +149,12 @@ class StartupParser:
             message = segment[header.end() :]
         if not message.strip():
             return
-        if "server_args=ServerArgs(" in message and self._phase >= _PHASE_INDEX[Phase.LOAD_WEIGHTS]:
-            # The log goes on with the next start of the server (a restart, a rollback).
+        if "server_args=ServerArgs(" in message and (
+            self._phase >= 0 or self._failure.kind is not None
+        ):
+            # The log goes on with the next start of the server (a restart, a rollback): SGLang's
+            # main process prints its arguments before any rank starts, so a start that got as
+            # far as a rank line (or failed before) is over, however early it failed.
             self._new_start()
         at = self._at
         if rank is not None and rank not in self._ranks:

@@ -165,7 +165,7 @@ class ReportBuilder:
         """Take the next event in log order."""
         match event:
             case PhaseStarted(phase=phase, at=at, stamped=stamped):
-                if phase is Phase.INIT and self._starts:
+                if phase is Phase.INIT and (self._starts or self._failure is not None):
                     self._reset()  # a new start of the server: report on that one
                 # A phase begun by an untimed line began at an unknown time: saying "when the
                 # last timed line was" would charge, say, the silent pin to the warmup.

@@ -165,6 +165,32 @@ def test_report_is_about_the_last_start_of_the_log() -> None:
     assert report.phases[0].start == _at("2026-03-02 09:02:05")
 
 
+def test_a_start_that_failed_in_init_is_not_merged_with_the_next() -> None:
+    """The leftover-GPU failure comes during init; the start after it in the same log (the
+    process backend appends every run) is reported alone: ready, 8:08, no failure."""
+    text = read_log("gpu_busy_v0.5.9.log") + read_log("ready_ratio4_v0.5.9.log")
+    report = build_report(parse_all(text))
+    assert report.failure is None
+    assert report.ready is True
+    assert report.phases[0].start == _at("2026-02-24 11:18:30")
+    assert report.startup_seconds == 8 * 60 + 8
+
+
+def test_a_start_that_failed_before_any_rank_is_not_merged_with_the_next() -> None:
+    """A start refused before its ranks began (HiCache with --disable-radix-cache raises in the
+    main process) does not lend its failure to the start logged after it."""
+    refused = (
+        "[2026-02-24 11:10:00] server_args=ServerArgs(model_path='m', disable_radix_cache=True)\n"
+        "Traceback (most recent call last):\n"
+        "ValueError: The hierarchical cache cannot be used together with disable_radix_cache.\n"
+        "[2026-02-24 11:10:01] Received sigquit from a child process. It usually means the child "
+        "failed.\n"
+    )
+    report = build_report(parse_all(refused + read_log("ready_ratio4_v0.5.9.log")))
+    assert report.failure is None
+    assert report.ready is True
+
+
 @pytest.mark.parametrize(
     "name",
     ["ready_ratio4_v0.5.9.log", "host_memory_v0.5.23.log", "oom_killed_v0.5.23.log"],
