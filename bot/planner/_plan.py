@@ -202,6 +202,17 @@ def make_plan(
     left = None if total is None else budget - total
     largest_size = largest_size_within(budget, server.ranks, pool, server.page_size)
     largest_ratio = largest_ratio_within(budget, server.ranks, pool, server.page_size)
+    if server.version.asserts_host_larger and pool.tokens is not None:
+        # Suggest nothing SGLang <= 0.5.12 would refuse: pools grow with the size and the ratio,
+        # so if the largest that fits is not larger than the device pool, none is.
+        if largest_size and not _larger_than_device(
+            host_pool_for_size(largest_size, pool, server.page_size), pool
+        ):
+            largest_size = 0
+        if largest_ratio and not _larger_than_device(
+            host_pool_for_ratio(largest_ratio, pool, server.page_size), pool
+        ):
+            largest_ratio = 0.0
     if rule_refusal is not None:
         verdict, reason = Verdict.REFUSED, _sentence(rule_refusal)
     else:
@@ -244,6 +255,10 @@ def make_plan(
         expected_startup_s=expected,
         warnings=tuple(warnings),
     )
+
+
+def _larger_than_device(size: HostPoolSize | None, pool: DevicePool) -> bool:
+    return size is None or size.tokens is None or pool.tokens is None or size.tokens > pool.tokens
 
 
 def _sglang_would_reject(

@@ -250,3 +250,13 @@ def test_plan_dict_has_the_keys_the_cli_and_api_promise() -> None:
         assert key in data
     assert data["verdict"] == "fits"
     assert data["free_after_stop_gb"] == 445.0
+
+
+def test_no_suggestion_that_sglang_0_5_9_would_refuse() -> None:
+    """130 GB available leaves 79.3 GB for 8 ranks: ~9.9 GB each, less than the 11.19 GB device
+    pool, which SGLang <= 0.5.12 refuses; so no size or ratio is suggested."""
+    plan = make_plan(ChangeRequest(ratio=4), kimi(KIMI_POOL_EXACT), HostMemory(130 * GB))
+    assert plan.verdict is Verdict.REFUSED
+    assert not plan.largest_fitting_size_gb
+    assert not plan.largest_fitting_ratio
+    assert plan.reason.endswith("no HiCache size fits this host now.")

@@ -79,17 +79,32 @@ def test_ratio_plans_fit_only_within_budget(
         assert plan.headroom_left_bytes >= 0
 
 
-@settings(max_examples=200, deadline=None)
-@given(ranks, bytes_per_token, available)
+@settings(max_examples=300, deadline=None)
+@given(ranks, bytes_per_token, available, st.sampled_from(["0.5.9", "0.5.12", "0.5.23"]))
 def test_the_suggested_largest_size_fits_and_one_more_does_not(
-    n_ranks: int, bpt: int, avail: float
+    n_ranks: int, bpt: int, avail: float, version: str
 ) -> None:
-    """The size a refusal suggests fits; one GB more per rank does not."""
+    """The size a refusal suggests fits (on SGLang <= 0.5.12 too, where the host pool must be
+    larger than the device pool); one GB more per rank does not."""
     pool = DevicePool(tokens=100_000, bytes_per_token=bpt)
-    facts = ServerFacts(ranks=n_ranks, device_pool=pool, version=SGLangVersion.parse("0.5.23"))
+    facts = ServerFacts(ranks=n_ranks, device_pool=pool, version=SGLangVersion.parse(version))
     memory = HostMemory(avail * GB)
     largest = make_plan(ChangeRequest(size_gb=10_000), facts, memory).largest_fitting_size_gb
     assert largest is not None
     if largest > 0:
         assert make_plan(ChangeRequest(size_gb=largest), facts, memory).fits
     assert not make_plan(ChangeRequest(size_gb=largest + 1), facts, memory).fits
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranks, bytes_per_token, available, st.sampled_from(["0.5.9", "0.5.12", "0.5.23"]))
+def test_the_suggested_largest_ratio_fits(
+    n_ranks: int, bpt: int, avail: float, version: str
+) -> None:
+    """The ratio a refusal suggests is one the planner accepts, in both eras."""
+    pool = DevicePool(tokens=100_000, bytes_per_token=bpt)
+    facts = ServerFacts(ranks=n_ranks, device_pool=pool, version=SGLangVersion.parse(version))
+    memory = HostMemory(avail * GB)
+    largest = make_plan(ChangeRequest(ratio=1_000), facts, memory).largest_fitting_ratio
+    if largest:
+        assert make_plan(ChangeRequest(ratio=largest), facts, memory).fits
