@@ -2,8 +2,9 @@
 
 A start is the model's fixed cost (weights, KV pool, CUDA graphs, warmup) plus the silent pin of
 the host pool, which grows with the pool: about 60 s per 100-120 GB per rank upstream (#31600,
-#31746). With starts at two or more pool sizes the host's own rate is fitted; otherwise that
-default rate is used around the host's median fixed cost.
+#31746). With starts at pool sizes at least 10 GB apart the host's own rate is fitted (unless
+the fit is implausible); otherwise that default rate is used around the host's median fixed
+cost.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 # Seconds of pinning per GB (1e9) of host pool per rank: 60 s per ~110 GB.
 DEFAULT_PIN_SECONDS_PER_GB = 60 / 110
+# Pool sizes (GB per rank) must span at least this much before the host's own rate is fitted.
+MIN_FIT_SPAN_GB = 10.0
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,17 @@ def estimate_startup_seconds(
 
 
 def _fitted_rate(samples: Sequence[StartSample]) -> float:
-    sizes = {round(s.host_gb_per_rank, 1) for s in samples}
-    if len(sizes) < 2:
+    sizes = [s.host_gb_per_rank for s in samples]
+    if max(sizes) - min(sizes) < MIN_FIT_SPAN_GB:
+        # Starts at (nearly) one size say nothing about the pin: their spread is noise, and a
+        # slope fitted to it can predict hours.
         return DEFAULT_PIN_SECONDS_PER_GB
-    mean_x = statistics.fmean(s.host_gb_per_rank for s in samples)
+    mean_x = statistics.fmean(sizes)
     mean_y = statistics.fmean(s.seconds for s in samples)
-    sxx = sum((s.host_gb_per_rank - mean_x) ** 2 for s in samples)
+    sxx = sum((x - mean_x) ** 2 for x in sizes)
     sxy = sum((s.host_gb_per_rank - mean_x) * (s.seconds - mean_y) for s in samples)
     slope = sxy / sxx
-    # Noise can fit a negative or absurd slope; a pin never speeds a start up.
-    return slope if slope > 0 else DEFAULT_PIN_SECONDS_PER_GB
+    # A pin never speeds a start up, and a start never takes negative time without one.
+    if slope <= 0 or mean_y - slope * mean_x < 0:
+        return DEFAULT_PIN_SECONDS_PER_GB
+    return slope

@@ -32,3 +32,11 @@ def test_a_negative_fitted_rate_falls_back_to_the_default() -> None:
     estimate = estimate_startup_seconds(history, 200)
     assert estimate is not None
     assert estimate > estimate_startup_seconds(history, 0)  # type: ignore[operator]
+
+
+def test_near_identical_sizes_do_not_fit_a_slope_to_noise() -> None:
+    """660 s at 44.77 GB and 600 s at 44.74 GB (noise, not a pin rate) predict about ten
+    minutes at 48 GB, not a day: 630 s median fixed cost + 48 x 60/110 s, roughly."""
+    estimate = estimate_startup_seconds([StartSample(660, 44.77), StartSample(600, 44.74)], 48)
+    assert estimate is not None
+    assert 600 < estimate < 700
