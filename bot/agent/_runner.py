@@ -19,7 +19,13 @@ from bot.agent._verify import gpu_indices, local_ranks
 from bot.agent._watch import StartWatcher
 from bot.agent.cmdline import read_hicache, read_topology
 from bot.agent.gpu_wait import wait_for_gpus_free
-from bot.errors import GpusBusyError, KimiOpsError
+from bot.errors import (
+    GpuProbeError,
+    GpusBusyError,
+    KimiOpsError,
+    ProbeError,
+    ServerControlError,
+)
 from bot.planner import StartSample, estimate_startup_seconds
 
 __all__ = ["Abandoned", "Runner", "RunnerContext", "SGLangLike"]
@@ -99,7 +105,26 @@ class Runner:
             log.info("operation %s left running for the next agent to resume", self.op_id)
         except Exception as exc:  # a bug or an unexpected backend failure: never a silent hang
             log.exception("operation %s failed unexpectedly", self.op_id)
-            self._finish("failed", f"the agent failed: {exc}", {"error": str(exc)}, None)
+            self._fail_unexpectedly(exc)
+
+    def _fail_unexpectedly(self, exc: Exception) -> None:
+        """Settle the operation and its revision as failed, saying where the server stands."""
+        data: dict[str, Any] = {"kind": "agent_error", "message": str(exc), "error": str(exc)}
+        rev_id = self._cursor.get("rev_id")
+        try:
+            if rev_id is not None:
+                self.ctx.state.update_revision(
+                    int(rev_id), outcome="failed", finished_at=_iso(self.ctx.clock.now())
+                )
+            self.ctx.state.update_operation(self.op_id, failure=data)
+        except KimiOpsError:
+            log.exception("operation %s: could not record the failure", self.op_id)
+        try:
+            running = self.ctx.control.status().running
+            where = "the server is running" if running else "the server is stopped"
+        except KimiOpsError as status_exc:
+            where = f"the server's state is unknown ({status_exc})"
+        self._finish("failed", f"the agent failed: {exc}; {where}", data, None)
 
     def _run(self) -> None:
         self._cursor = self.ctx.state.cursor(self.op_id)
@@ -250,7 +275,9 @@ class Runner:
             try:
                 self._stop_wait_start(argv, ranks, step)
             except _NoStart as exc:
-                return Outcome(False, f"not started: {exc}", dict(exc.data, no_start=True))
+                message = f"not started: {str(exc).rstrip('.')}; the server is stopped"
+                data = dict(exc.data, message=str(exc), no_start=True)
+                return Outcome(False, message, data)
             status = ctx.control.status()
             self._save(step="following", pid=status.main_pid, t0=status.started_at)
         self._t0 = float(self._cursor.get("t0") or ctx.clock.now().timestamp())
@@ -307,6 +334,8 @@ class Runner:
             )
         except GpusBusyError as exc:
             raise _NoStart(str(exc), {"kind": "gpu_busy", "processes": exc.processes}) from exc
+        except KimiOpsError as exc:  # NVML failing ("GPU is lost"), the process table unreadable
+            raise _NoStart(str(exc), {"kind": _kind_of(exc)}) from exc
         self._save(step="starting")
         self._t0 = ctx.clock.now().timestamp()
         note = f" ({waited.note})" if waited.note else ""
@@ -318,11 +347,26 @@ class Runner:
             step="starting",
             progress=self._progress.at("starting"),
         )
-        ctx.control.start()
+        try:
+            ctx.control.start()
+        except KimiOpsError as exc:  # the backend refused: nothing runs, nothing to follow
+            raise _NoStart(str(exc), {"kind": _kind_of(exc)}) from exc
+
+
+def _kind_of(exc: KimiOpsError) -> str:
+    """The failure kind recorded for an error that kept the server from starting."""
+    if isinstance(exc, GpuProbeError):
+        return "gpu_probe"
+    if isinstance(exc, ProbeError):
+        return "probe"
+    if isinstance(exc, ServerControlError):
+        return "backend"
+    return "error"
 
 
 class _NoStart(KimiOpsError):
-    """The start could not begin (GPUs busy): the operation fails without starting."""
+    """The start could not begin (GPUs busy, the GPU probe or the backend failing): the
+    operation fails without starting, the server left stopped."""
 
     def __init__(self, message: str, data: dict[str, Any]) -> None:
         super().__init__(message)
