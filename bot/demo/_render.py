@@ -21,7 +21,8 @@ def plan_card(plan: Mapping[str, Any], host: str) -> str:
         if tokens:
             per_rank += f" ({tokens:,} tokens)"
         lines.append(f"  per rank  {per_rank}")
-        lines.append(f"  all ranks {plan['ranks']} x = {plan['total_gb']:.1f} GB")
+        per_rank_gb, total_gb = plan["per_rank_gb"], plan["total_gb"]
+        lines.append(f"  all ranks {plan['ranks']} x {per_rank_gb:.2f} GB = {total_gb:.1f} GB")
     lines.append(
         f"  host RAM  {plan['available_gb']:.1f} GB available + {plan['server_held_gb']:.1f} GB "
         f"held by the running server = {plan['free_after_stop_gb']:.1f} GB after stop"

@@ -121,7 +121,7 @@ class Plan:
     device_kv_bytes: float | None
     bytes_per_token: float | None
     host_tokens_before: int | None
-    largest_fitting_size_gb: int | None
+    largest_fitting_size_gb: int
     largest_fitting_ratio: float | None
     expected_startup_s: float | None
     warnings: tuple[str, ...] = ()
@@ -250,7 +250,7 @@ def make_plan(
         device_kv_bytes=pool.kv_bytes,
         bytes_per_token=pool.bytes_per_token,
         host_tokens_before=server.host_tokens_per_rank_now,
-        largest_fitting_size_gb=largest_size if pool.bytes_per_token or largest_size else None,
+        largest_fitting_size_gb=largest_size,
         largest_fitting_ratio=largest_ratio,
         expected_startup_s=expected,
         warnings=tuple(warnings),

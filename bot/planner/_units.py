@@ -12,11 +12,3 @@ GiB = 1024**3
 
 # SGLang keeps this much host RAM free in its own check (`available - 10 GiB`), every era.
 SGLANG_HOST_RESERVE_BYTES = 10 * GiB
-
-
-def to_gb(n_bytes: float) -> float:
-    return n_bytes / GB
-
-
-def gib_to_bytes(gib: float) -> float:
-    return gib * GiB

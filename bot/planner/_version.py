@@ -57,11 +57,5 @@ class SGLangVersion:
         """<= 0.5.12 asserts the host pool is larger than the device pool; later only warns."""
         return self.key <= (0, 5, 12)
 
-    @property
-    def splits_budget_across_ranks(self) -> bool:
-        """>= 0.5.20 divides ``available - 10 GiB`` by the local ranks; earlier each rank checks
-        the whole of it alone, so eight ranks can pass together what the host cannot hold."""
-        return self.key >= (0, 5, 20)
-
 
 DEFAULT_SGLANG_VERSION = SGLangVersion(0, 5, 9, "0.5.9")

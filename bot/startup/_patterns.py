@@ -23,9 +23,7 @@ EOL = re.compile(r"[\r\n]")
 #   INFO:     127.0.0.1:45678 - "POST /generate HTTP/1.1" 200 OK
 # (the access line also comes with SGLang's "[date] " in front). Any access line except
 # /model_info, which is the warmup. An empty line is skipped too.
-_SKIP = (
-    r'(?:\[[^\]\r\n]*\] )?(?:(?:Decode|Prefill) batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
-)
+_SKIP = r'(?:\[[^\]\r\n]*\] )?(?:(?:Decode|Prefill) batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
 # At the start of a piece of a line (between "\r" and "\n" separators).
 SKIP_LINE = re.compile(_SKIP)
 # A "\n" followed by a line worth reading; the line starts at the match's end. The pattern starts

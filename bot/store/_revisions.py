@@ -373,19 +373,7 @@ class RevisionsMixin(StoreBase):
             ]
 
 
-_COPIED_SETTINGS = (
-    "hicache_enabled",
-    "hicache_ratio",
-    "hicache_size_gb",
-    "hicache_write_policy",
-    "hicache_io_backend",
-    "command_line",
-)
-_COPIED_PLAN = (
-    "plan",
-    "plan_per_rank_gb",
-    "plan_total_gb",
-    "plan_per_rank_tokens",
-    "plan_verdict",
-    "plan_reason",
-)
+# The columns a rollback copies from the revision it returns to: exactly those the two column
+# builders above write, so a column added there is copied too.
+_COPIED_SETTINGS = tuple(_settings_columns(HiCacheSettings(enabled=False)))
+_COPIED_PLAN = tuple(_plan_columns(PlanSummary(0.0, 0.0, 0, "fits", "")))

@@ -30,9 +30,8 @@ def test_malformed_versions_are_refused(text: str) -> None:
 
 
 def test_eras() -> None:
-    """0.5.12 asserts host > device; 0.5.20 splits the budget across ranks; 0.5.9 does neither."""
+    """0.5.12 and earlier assert host > device; 0.5.13 and later do not; post releases order as
+    their base release."""
     assert SGLangVersion.parse("0.5.12").asserts_host_larger
     assert not SGLangVersion.parse("0.5.13").asserts_host_larger
-    assert SGLangVersion.parse("0.5.20").splits_budget_across_ranks
-    assert not SGLangVersion.parse("0.5.9").splits_budget_across_ranks
     assert SGLangVersion.parse("0.5.8.post1") < SGLangVersion.parse("0.5.9")
