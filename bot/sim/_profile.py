@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import SimError
+from bot.sim._sizing import GIB
 
 __all__ = ["PHASES", "HostProfile", "load_profile", "profile_names"]
 
@@ -32,8 +33,6 @@ PHASES = (
     "http",
     "warmup",
 )
-
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
