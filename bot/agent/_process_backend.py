@@ -39,6 +39,8 @@ __all__ = ["FileLogSource", "ProcessControl"]
 # After SIGKILL the kernel still has to tear the process down (and unpin its memory).
 _KILL_WAIT_S = 30.0
 _POLL_S = 0.05
+# The facts service reads this much of a run's start (its LOG_RUN_BYTES): beyond, the key holds.
+_RUN_KEY_BYTES = 8 * 1024 * 1024
 
 
 class FileLogSource:
@@ -275,7 +277,10 @@ class ProcessControl:
             size = self._log_file.stat().st_size
         except FileNotFoundError:
             return None
-        return f"{run.log_offset if run else 0}:{size}"
+        offset = run.log_offset if run else 0
+        # Past its first bytes a run's startup is all written: the key stops changing there, so
+        # a long-running server's access lines do not make readers parse its start again.
+        return f"{offset}:{min(size - offset, _RUN_KEY_BYTES)}"
 
     def last_run_log(self, max_bytes: int) -> str:
         run = self._load_run()

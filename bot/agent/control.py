@@ -112,8 +112,9 @@ class ServerControl(Protocol):
         ...
 
     def last_run_key(self) -> str | None:
-        """What identifies the most recent run's output as it stands (it changes with a new run
-        or as its log grows), so a reader can cache what it parsed; None when there is none."""
+        """What identifies the most recent run (it changes with a new run, and may change as
+        its startup output grows), so a reader can cache a complete parse; None when there is
+        none."""
         ...
 
     def last_run_log(self, max_bytes: int) -> str:

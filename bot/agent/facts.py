@@ -344,7 +344,13 @@ class FactsService:
         self,
     ) -> tuple[int | None, float | None, tuple[int | None, float | None]]:
         """Device pool and host pool per rank from the beginning of the server's last run (the
-        log file or the journal), for when the server is down. Parsed once per run and size."""
+        log file or the journal), for when the server is down.
+
+        A parse is kept for the run only once it is complete (the device pool, and the host
+        pool or the run's end, were logged): those lines never change after that. A run still
+        starting is read again on each call (at most LOG_RUN_BYTES), so a parse taken before
+        its KV-pool line is not kept for good.
+        """
         nothing: LogPools = (None, None, (None, None))
         try:
             key = self._control.last_run_key()
@@ -352,14 +358,18 @@ class FactsService:
                 return nothing
             with self._lock:
                 cached = self._log_cache
-            if cached is None or cached[0] != key:
-                text = self._control.last_run_log(LOG_RUN_BYTES)
-                cached = (key, pools_of(report_of_text(text)))
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            report = report_of_text(self._control.last_run_log(LOG_RUN_BYTES))
+            pools = pools_of(report)
+            if pools[0] is not None and (
+                pools[2][1] is not None or report.ready or report.failure is not None
+            ):
                 with self._lock:
-                    self._log_cache = cached
+                    self._log_cache = (key, pools)
         except KimiOpsError:
             return nothing
-        return cached[1]
+        return pools
 
     # -- status and plans --------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import pytest
 from bot.agent._api_sources import LOG_RUN_BYTES, report_of_text
 from bot.agent.cmdline import HiCacheSetting, Topology
 from bot.agent.config import AgentSettings
-from bot.agent.control import ServerControl, make_control
+from bot.agent.control import ServerControl, ServerProcessState, make_control
 from bot.agent.facts import FactsService, fingerprint_of, local_ranks
 from bot.agent.probe import SystemProbe, make_probe
 from bot.agent.sglang_client import SGLangClient
@@ -312,3 +312,67 @@ def test_the_pools_come_from_the_beginning_of_the_last_run(rig: Rig) -> None:
     text = rig.control.last_run_log(LOG_RUN_BYTES)
     assert report_of_text(text).device_tokens == DEVICE_TOKENS
     assert report_of_text(log.read_text()[-1_000_000:]).device_tokens is None
+
+
+class _StartingUnit:
+    """A stopped unit's last run as systemd gives it (one invocation ID for the whole run),
+    whose journal text grows while the test runs (no systemd here: stood in for behind the
+    facts service's control Protocol)."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.text = (
+            "[2026-02-24 11:18:37 TP0] Init torch distributed begin.\n"
+            "[2026-02-24 11:18:40 TP0] Load weight begin. avail mem=94.51 GB\n"
+        )
+        self.reads = 0
+
+    def read_command(self) -> list[str]:
+        return self.command
+
+    def status(self) -> ServerProcessState:
+        return ServerProcessState("inactive")
+
+    def last_run_key(self) -> str | None:
+        return "8c4b0d6e2f1a4b3c9d7e5f6a1b2c3d4e"
+
+    def last_run_log(self, max_bytes: int) -> str:
+        self.reads += 1
+        return self.text[:max_bytes]
+
+
+class _Down:
+    """An SGLang server that does not answer."""
+
+    def health(self) -> int | None:
+        return None
+
+    def server_info(self) -> dict[str, object] | None:
+        return None
+
+
+def test_a_run_read_while_starting_is_read_again_once_its_pools_are_logged(
+    tmp_path: Path,
+) -> None:
+    """A parse of a run taken before its KV-pool line is not kept: once the line is logged
+    (same run key) the pools come from the log, and that complete parse is then reused."""
+    settings = agent_settings(tmp_path)
+    unit = _StartingUnit(list(settings.command))
+    state = AgentState(settings.state_dir)
+    try:
+        facts = FactsService(settings, make_probe(settings), unit, _Down(), state, SystemClock())
+        assert facts.status()["capacity"]["source"] != "startup_log"
+        unit.text += (
+            "[2026-02-24 11:26:40 TP0] KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB\n"
+            "[2026-02-24 11:26:51 TP0] Allocating 44.77 GB host memory for hierarchical KV "
+            "cache.\n"
+        )
+        capacity = facts.status()["capacity"]
+        assert capacity["source"] == "startup_log"
+        assert capacity["device_tokens"] == 159_274
+        assert capacity["host_gb_per_rank"] == 44.77
+        reads = unit.reads
+        assert facts.status()["capacity"]["device_tokens"] == 159_274
+        assert unit.reads == reads  # complete: not read again
+    finally:
+        state.close()

@@ -284,3 +284,25 @@ def test_last_run_log_is_the_beginning_of_the_last_run(
     assert "first" not in text
     assert control.last_run_key() != first_key
     assert control.last_run_log(9) == "server up"
+
+
+def test_last_run_key_stops_changing_past_the_runs_first_8_mib(
+    tmp_path: Path, controls: list[ProcessControl]
+) -> None:
+    """The key changes while the run's output is within the 8 MiB a reader parses, and holds
+    once the output goes past it, so request lines do not make readers parse the start again."""
+    control = _control(tmp_path, SERVE, "first")
+    controls.append(control)
+    control.start()
+    wait_until(lambda: "first" in control.last_run_log(4096))
+    early = control.last_run_key()
+    log = tmp_path / "server.log"
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write("x" * 100 + "\n")
+    assert control.last_run_key() != early
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write("x" * (8 * 1024 * 1024) + "\n")
+    past = control.last_run_key()
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write("y" * 1000 + "\n")
+    assert control.last_run_key() == past
