@@ -142,7 +142,25 @@ class Runner:
         if outcome.data.get("no_start"):
             self._finish("failed", outcome.message, outcome.data, None)
             return
+        view = self.ctx.state.operation(self.op_id)
+        if view is not None and view.kind == "restart":
+            self._restart_failed(outcome)
+            return
         self._rollback(outcome)
+
+    def _restart_failed(self, failure: Outcome) -> None:
+        """A restart changed no config, so no other config is started in its place: one nobody
+        asked for could hold a different host pool. The server is left stopped."""
+        if self.ctx.control.status().running:
+            # Stuck or unhealthy but alive: it holds the GPUs and RAM for nothing.
+            self.ctx.control.stop(self.ctx.settings.stop_grace_s)
+        self._finish(
+            "failed",
+            f"{failure.message}; the restarted config (the current one) failed to start: the "
+            "server is stopped; ask for a rollback to start an earlier config",
+            failure.data,
+            None,
+        )
 
     @property
     def _stage(self) -> str:

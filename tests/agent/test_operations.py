@@ -233,3 +233,32 @@ def test_a_failed_rollback_stops_and_says_so(
     assert final.failure is not None
     assert final.failure["kind"] == kind
     assert final.failure["lines"]
+
+
+def test_a_failed_restart_stops_and_does_not_start_an_earlier_config(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """A restart whose (current) config dies at start ends failed with the cause and the server
+    stopped, even with an earlier, different config on record as ready: that one is started
+    only when a rollback is asked for."""
+    port = free_port()
+    harness = harness_factory(sim_command(port, *SMALL, "--hicache-size", "24"), version="0.5.23")
+    manager = harness.manager()
+    earlier = sim_command(port, *SMALL, "--hicache-ratio", "2")
+    manager.state.add_revision(
+        argv=earlier, hicache={"enabled": True, "ratio": 2.0}, created_at="2026-01-01T00:00:00",
+        actor="ana", kind="resize", outcome="ready", became_ready=True,
+    )  # fmt: skip
+    op = manager.submit("restart", actor="ana")
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert final.failure is not None
+    assert final.failure["kind"] == "host_memory"
+    assert "rolling_back" not in phases(events)
+    message = events[-1].message
+    assert "the restarted config (the current one) failed to start" in message
+    assert "the server is stopped" in message
+    assert "rollback" in message
+    assert not harness.parts()[0].status().running
+    assert harness.log_text().count("server_args=ServerArgs(") == 1  # no second start
