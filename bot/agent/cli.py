@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     )
     environ = dict(os.environ)
     settings = load_agent_settings(find_config_path(args.config, environ), environ)
-    service = build_service(settings, environ)
+    service = build_service(settings)
     try:
         # Bind first: a taken port must fail before any operation is resumed.
         sock = _bind(settings.listen_host, settings.listen_port)

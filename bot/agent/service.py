@@ -7,7 +7,6 @@ same service on a temporary state directory and the simulator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from bot.agent.config import AgentSettings
@@ -18,7 +17,6 @@ from bot.agent.probe import make_probe
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state import AgentState, OperationEvent, OperationView, RevisionView
 from bot.clock import Clock, SystemClock
-from bot.errors import ConfigError
 from bot.planner import ChangeRequest, Plan
 from bot.settings import Secret
 
@@ -99,25 +97,9 @@ class AgentService:
             self._state.close()
 
 
-def build_service(
-    settings: AgentSettings,
-    environ: Mapping[str, str] | None = None,
-    *,
-    clock: Clock | None = None,
-) -> AgentService:
-    """Compose the agent from ``settings``.
-
-    ``environ`` is the environment the settings were read from; the token is already in
-    ``settings``, so it is only checked here for the variable naming it (a clear error at start
-    beats a 401 on every request).
-    """
-    if environ is not None and not environ.get(settings.token_env):
-        raise ConfigError(
-            f"environment variable {settings.token_env} is not set; it must hold the token "
-            "the bot sends to this agent"
-        )
+def build_service(settings: AgentSettings, *, clock: Clock | None = None) -> AgentService:
+    """Compose the agent from ``settings`` (whose loading already checked the token)."""
     used_clock = clock if clock is not None else SystemClock()
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
     probe = make_probe(settings)
     control = make_control(settings, used_clock)
     sglang = SGLangClient(settings.server_url)

@@ -22,7 +22,6 @@ from bot.agent.service import AgentService, build_service
 from bot.agent.sglang_client import SGLangClient
 from tests.agent._api_helpers import (
     TOKEN,
-    TOKEN_ENV,
     agent_settings,
     auth,
     serve_in_thread,
@@ -78,7 +77,7 @@ class Live:
 def live(tmp_path: Path) -> Iterator[Live]:
     """The agent's API on a real socket, for an agent on the simulated kimi host."""
     settings = agent_settings(tmp_path)
-    service = build_service(settings, {TOKEN_ENV: TOKEN})
+    service = build_service(settings)
     try:
         with (
             serve_in_thread(create_app(service)) as url,

@@ -20,7 +20,7 @@ from schemathesis.schemas import BaseSchema
 
 from bot.agent.api import create_app
 from bot.agent.service import build_service
-from tests.agent._api_helpers import SMALL, TOKEN, TOKEN_ENV, agent_settings, auth, serve_in_thread
+from tests.agent._api_helpers import SMALL, agent_settings, auth, serve_in_thread
 
 MAX_EXAMPLES = 150
 # Generated waits are cut to this, so the examples stay fast (the cap itself is tested elsewhere).
@@ -31,7 +31,7 @@ MAX_WAIT_S = 0.1
 def agent_url(tmp_path: Path) -> Iterator[str]:
     """The real agent API (small simulated host, server not started) on a free port."""
     settings = agent_settings(tmp_path, profile=SMALL, headroom_gb=2)
-    service = build_service(settings, {TOKEN_ENV: TOKEN})
+    service = build_service(settings)
     try:
         with serve_in_thread(create_app(service)) as url:
             yield url
