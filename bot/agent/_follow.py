@@ -171,8 +171,12 @@ class StartFollower:
                     if now - bad_since > ctx.health_grace_s:
                         return self._failed(
                             figures.failure_kind or "unknown",
-                            f"/health answered {code} for {now - bad_since:.0f} s after HTTP "
-                            "came up",
+                            (
+                                f"/health answered {code}"
+                                if code is not None
+                                else "/health did not answer"
+                            )
+                            + f" for {now - bad_since:.0f} s after HTTP came up",
                             list(figures.failure_lines),
                         )
             allowance = settings.stall_after_s

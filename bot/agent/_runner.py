@@ -322,7 +322,10 @@ class Runner:
     def _stop_wait_start(self, argv: list[str], ranks: int, step: str) -> None:
         ctx = self.ctx
         if step == "stopping":
-            ctx.control.write_command(argv)
+            if ctx.control.read_command() != argv:
+                # Only a change is written: rewriting the same line (a restart, a resumed step)
+                # would replace the kept previous version with the current one.
+                ctx.control.write_command(argv)
             before = ctx.control.status()
             self.emit(
                 "stopping",

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from bot.agent.cmdline import read_hicache
 from bot.errors import InputError, NotFound, OperationConflict, PlanRefused, StaleProposal
 from tests.agent._ops_fixtures import (
     Harness,
@@ -262,3 +263,18 @@ def test_a_failed_restart_stops_and_does_not_start_an_earlier_config(
     assert "rollback" in message
     assert not harness.parts()[0].status().running
     assert harness.log_text().count("server_args=ServerArgs(") == 1  # no second start
+
+
+def test_a_restart_keeps_the_previous_config_on_record(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """Resize ratio 2 -> 3, then restart: the kept previous command is still the ratio-2 one,
+    not the unchanged ratio-3 line written again."""
+    harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
+    harness.start_server()
+    manager = harness.manager()
+    assert wait_final(manager, manager.submit("resize", actor="ana", ratio=3).id).state == "ready"
+    assert wait_final(manager, manager.submit("restart", actor="ana").id).state == "ready"
+    previous = harness.parts()[0].previous_command()
+    assert previous is not None
+    assert read_hicache(previous).ratio == 2
