@@ -15,7 +15,7 @@ from typing import Any
 
 from bot.agent._follow import Abandoned, Outcome, RunnerContext, SGLangLike, StartFollower
 from bot.agent._progress import ProgressModel, eta_seconds
-from bot.agent._verify import gpu_indices, local_ranks
+from bot.agent._verify import gpu_indices
 from bot.agent._watch import StartWatcher
 from bot.agent.cmdline import read_hicache, read_topology
 from bot.agent.gpu_wait import wait_for_gpus_free
@@ -277,7 +277,7 @@ class Runner:
     def _attempt(self) -> Outcome:
         ctx, cursor = self.ctx, self._cursor
         argv = list(cursor["argv"])
-        ranks = local_ranks(argv)
+        ranks = read_topology(argv).local_ranks
         applied = read_hicache(argv)
         expected_gb = cursor.get("expected_gb")
         self._progress = ProgressModel(expected_gb)

@@ -4,12 +4,12 @@ local ranks and which GPUs a command line uses, and the one-line summaries peopl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from bot.agent.cmdline import DEFAULT_HICACHE_RATIO, HiCacheSetting, read_topology
+from bot.agent.cmdline import DEFAULT_HICACHE_RATIO, HiCacheSetting
 
-__all__ = ["gpu_indices", "local_ranks", "reported_mismatch"]
+__all__ = ["gpu_indices", "reported_mismatch"]
 
 
 def reported_mismatch(info: Mapping[str, Any], applied: HiCacheSetting) -> str | None:
@@ -40,14 +40,6 @@ def reported_mismatch(info: Mapping[str, Any], applied: HiCacheSetting) -> str |
     if not math.isclose(ratio, want.ratio, rel_tol=1e-6):
         return f"the server reports hicache_ratio={ratio:g}, but {want.ratio:g} was applied"
     return None
-
-
-def local_ranks(argv: Sequence[str]) -> int:
-    """Scheduler processes on this host (each with its own host pool): TP x PP x DP over the
-    nodes; DP attention splits the TP ranks instead of multiplying them."""
-    topology = read_topology(argv)
-    dp = 1 if topology.dp_attention else topology.dp
-    return max(1, topology.tp * topology.pp * dp // max(1, topology.nnodes))
 
 
 def gpu_indices(ranks: int, env: Mapping[str, str]) -> list[int]:

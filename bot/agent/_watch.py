@@ -13,7 +13,7 @@ already recorded are skipped, so no event is duplicated and none is lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bot.agent._progress import ProgressModel
@@ -67,8 +67,6 @@ class StartFigures:
     kv_gib_per_rank: float | None = None
     host_gb_per_rank: float | None = None
     host_tokens_per_rank: int | None = None
-    ranks_seen: set[str] = field(default_factory=set)
-    host_pool_ranks: int = 0
     phase: str = "starting"
     http_up: bool = False
     log_ready: bool = False
@@ -129,11 +127,11 @@ class StartWatcher:
         """The log ended (the process died): flush its unfinished last line."""
         return self._events(self._parser.close(), now)
 
-    def tick(self, now: float, speed: float = 1.0) -> list[Draft]:
+    def tick(self, now: float) -> list[Draft]:
         """Drafts that time alone produces: the silent pin's estimated progress."""
         if self._pin_started is None or self.figures.phase != Phase.HOST_POOL.value:
             return []
-        expected = self.progress.pin_seconds * speed
+        expected = self.progress.pin_seconds
         if expected <= 0:
             return []
         step = min(_PIN_STEPS - 1, int((now - self._pin_started) / expected * _PIN_STEPS))
@@ -232,7 +230,6 @@ class StartWatcher:
 
     def _host_pool(self, event: HostPool, now: float) -> Draft | None:
         figures = self.figures
-        figures.host_pool_ranks += 1
         first = figures.host_gb_per_rank is None
         figures.host_gb_per_rank = event.gb
         if event.tokens is not None:

@@ -137,6 +137,13 @@ class Topology:
     nnodes: int = 1
     dp_attention: bool = False
 
+    @property
+    def local_ranks(self) -> int:
+        """Scheduler processes on this host, each with its own host pool: TP x PP x DP, where DP
+        attention splits the TP ranks instead of replicating them, divided over the nodes."""
+        dp = 1 if self.dp_attention else self.dp
+        return max(1, self.tp * self.pp * dp // max(1, self.nnodes))
+
 
 @dataclass(frozen=True)
 class _Occurrence:

@@ -57,7 +57,6 @@ __all__ = [
     "HostSnapshot",
     "ServerState",
     "fingerprint_of",
-    "local_ranks",
 ]
 
 
@@ -159,13 +158,6 @@ def fingerprint_of(
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     return digest[:16]
-
-
-def local_ranks(topology: Topology) -> int:
-    """Scheduler processes on this host, each with its own host pool: TP x PP x DP, where DP
-    attention splits the TP ranks instead of replicating them, divided over the nodes."""
-    dp = 1 if topology.dp_attention else topology.dp
-    return max(1, topology.tp * topology.pp * dp // max(1, topology.nnodes))
 
 
 _STATES = {"active": "running", "activating": "starting", "inactive": "stopped", "failed": "failed"}
@@ -297,7 +289,7 @@ class FactsService:
         topology: Topology | None,
         errors: list[KimiOpsError],
     ) -> Capacity:
-        ranks = None if topology is None else local_ranks(topology)
+        ranks = None if topology is None else topology.local_ranks
         pages = page_size(info, topology)
         tokens, per_token = device_from_info(info)
         source = "server_info" if tokens is not None else None

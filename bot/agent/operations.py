@@ -22,8 +22,13 @@ from dataclasses import asdict
 from typing import Any
 
 from bot.agent._runner import Runner, RunnerContext, SGLangLike
-from bot.agent._verify import local_ranks
-from bot.agent.cmdline import HiCacheSetting, read_hicache, rewrite_hicache, validate_command
+from bot.agent.cmdline import (
+    HiCacheSetting,
+    read_hicache,
+    read_topology,
+    rewrite_hicache,
+    validate_command,
+)
 from bot.agent.config import AgentSettings
 from bot.agent.control import ServerControl
 from bot.agent.probe import HostProbe
@@ -260,7 +265,7 @@ class OperationManager:
         data: dict[str, Any] = {
             "revision": rev_id,
             "setting": phrase,
-            "ranks": local_ranks(argv),
+            "ranks": read_topology(argv).local_ranks,
             "expected_startup_s": None if plan is None else plan.expected_startup_s,
             "step": "apply:planned",
         }

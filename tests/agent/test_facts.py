@@ -21,7 +21,7 @@ from bot.agent._api_sources import LOG_RUN_BYTES, report_of_text
 from bot.agent.cmdline import HiCacheSetting, Topology
 from bot.agent.config import AgentSettings
 from bot.agent.control import ServerControl, ServerProcessState, make_control
-from bot.agent.facts import FactsService, fingerprint_of, local_ranks
+from bot.agent.facts import FactsService, fingerprint_of
 from bot.agent.probe import SystemProbe, make_probe
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state import AgentState
@@ -195,11 +195,11 @@ def test_unreadable_command_is_a_problem_in_status_and_an_error_for_plans(
 
 def test_local_ranks_counts_scheduler_processes() -> None:
     """TP x PP x DP ranks (DP attention splits TP instead), divided over the nodes."""
-    assert local_ranks(Topology(tp=8)) == 8
-    assert local_ranks(Topology(tp=4, dp=2)) == 8
-    assert local_ranks(Topology(tp=8, dp=8, dp_attention=True)) == 8
-    assert local_ranks(Topology(tp=16, nnodes=2)) == 8
-    assert local_ranks(Topology(tp=4, pp=2)) == 8
+    assert Topology(tp=8).local_ranks == 8
+    assert Topology(tp=4, dp=2).local_ranks == 8
+    assert Topology(tp=8, dp=8, dp_attention=True).local_ranks == 8
+    assert Topology(tp=16, nnodes=2).local_ranks == 8
+    assert Topology(tp=4, pp=2).local_ranks == 8
 
 
 def test_fingerprint_names_config_pid_start_and_version() -> None:

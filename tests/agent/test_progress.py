@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bot.agent._progress import ProgressModel, eta_seconds
-from bot.agent._verify import gpu_indices, local_ranks, reported_mismatch
+from bot.agent._verify import gpu_indices, reported_mismatch
 from bot.agent._watch import StartWatcher
-from bot.agent.cmdline import HiCacheSetting
+from bot.agent.cmdline import HiCacheSetting, read_topology
 
 # The typical seconds of each phase (_progress's table, from the field notes' ~10-minute start).
 TYPICAL = {"starting": 5, "init": 26, "load_weights": 480, "kv_pool": 6, "cuda_graph": 14,
@@ -97,6 +97,6 @@ def test_reported_setting_check() -> None:
 def test_ranks_and_gpus_from_the_command_line() -> None:
     """TP 8 is eight local ranks on GPUs 0-7 unless CUDA_VISIBLE_DEVICES says otherwise."""
     argv = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "8"]
-    assert local_ranks(argv) == 8
+    assert read_topology(argv).local_ranks == 8
     assert gpu_indices(2, {}) == [0, 1]
     assert gpu_indices(2, {"CUDA_VISIBLE_DEVICES": "4,5"}) == [4, 5]
