@@ -203,9 +203,13 @@ class StartFollower:
         """/health answers 200 only after the server logged its warmup and (just after) its
         ready line, but a journal can deliver them later than HTTP answers: read on until the
         ready line, at most DRAIN_S, so no phase is missing or reported after "verifying"."""
+        self._drain(source, until=lambda: self.watcher.figures.log_ready)
+
+    def _drain(self, source: LogSource, until: Callable[[], bool]) -> None:
+        """Read what the log still delivers for at most DRAIN_S, or until ``until()`` holds."""
         clock, watcher = self.ctx.clock, self.watcher
         deadline = clock.monotonic() + DRAIN_S
-        while not watcher.figures.log_ready and clock.monotonic() < deadline:
+        while not until() and clock.monotonic() < deadline:
             text = source.read_new()
             for draft in watcher.feed(text, clock.monotonic()):
                 self._draft(draft)
@@ -215,13 +219,7 @@ class StartFollower:
     def _died(self, source: LogSource, exit_status: int | None) -> Outcome:
         """The process is gone: read its last lines, then classify from what the log said."""
         clock, watcher = self.ctx.clock, self.watcher
-        deadline = clock.monotonic() + DRAIN_S
-        while clock.monotonic() < deadline:
-            text = source.read_new()
-            for draft in watcher.feed(text, clock.monotonic()):
-                self._draft(draft)
-            if not text:
-                clock.sleep(0.05)
+        self._drain(source, until=lambda: False)
         for draft in watcher.close(clock.monotonic()):
             self._draft(draft)
         figures = watcher.figures

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.agent._progress import ProgressModel
-from bot.planner import GiB
+from bot.planner import GiB, host_tokens_for_ratio
 from bot.startup import (
     DevicePool,
     FailureSeen,
@@ -91,10 +91,9 @@ class StartFigures:
         if self.host_gb_per_rank is None:
             return None
         if self.ratio is not None and self.device_tokens:
-            pages = int(self.device_tokens * self.ratio) // self.page_size + 1
-            return pages * self.page_size
+            return host_tokens_for_ratio(self.device_tokens, self.ratio, self.page_size)
         per_token = self.kv_bytes_per_token
-        if self.host_gb_per_rank is None or not per_token:
+        if not per_token:
             return None
         return int(self.host_gb_per_rank * 1e9 // per_token)
 

@@ -211,10 +211,6 @@ def create_app(service: ApiService) -> FastAPI:
         },
     )
     def submit(body: OperationBody) -> JSONResponse:
-        if body.kind == "resize" and _rejected_by_sglang(body):
-            # Refused on the value alone: answer before the engine records anything.
-            refused, _ = service.plan(ChangeRequest(ratio=body.ratio, size_gb=body.size_gb))
-            raise PlanRefused(f"refused: {refused.reason}", plan=refused)
         operation = service.submit(
             kind=body.kind,
             actor=body.actor,
@@ -270,7 +266,7 @@ def create_app(service: ApiService) -> FastAPI:
     return app
 
 
-def _rejected_by_sglang(body: PlanBody | OperationBody) -> bool:
+def _rejected_by_sglang(body: PlanBody) -> bool:
     """The value itself is one SGLang refuses (not a budget question)."""
     if body.size_gb is not None:
         return body.size_gb <= 0 or body.size_gb != math.floor(body.size_gb)

@@ -132,13 +132,15 @@ class OperationManager:
                     kind, current_argv, current_rev, revision
                 )
             plan, fresh = self._plan(kind, setting, ratio, size_gb)
+            # A refusal first: what does not fit (or SGLang would reject) is refused whatever
+            # the proposal it came from.
+            if plan is not None and not plan.fits:
+                raise PlanRefused(f"refused: {plan.reason}", plan=plan)
             if fingerprint is not None and fresh is not None and fingerprint != fresh:
                 raise StaleProposal(
                     f"the proposal was made on facts {fingerprint!r}, but they are now {fresh!r} "
                     "(the server restarted or its config changed): plan again"
                 )
-            if plan is not None and not plan.fits:
-                raise PlanRefused(f"refused: {plan.reason}", plan=plan)
             try:
                 if target_argv is None:
                     target_argv = rewrite_hicache(current_argv, setting)

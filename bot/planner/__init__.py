@@ -22,7 +22,13 @@ from bot.planner._plan import (
     Verdict,
     make_plan,
 )
-from bot.planner._sizing import DevicePool, HostPoolSize, host_pool_for_ratio, host_pool_for_size
+from bot.planner._sizing import (
+    DevicePool,
+    HostPoolSize,
+    host_pool_for_ratio,
+    host_pool_for_size,
+    host_tokens_for_ratio,
+)
 from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
 from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
 
@@ -45,5 +51,6 @@ __all__ = [
     "estimate_startup_seconds",
     "host_pool_for_ratio",
     "host_pool_for_size",
+    "host_tokens_for_ratio",
     "make_plan",
 ]

@@ -66,11 +66,17 @@ def host_pool_for_size(size_gb: int, pool: DevicePool, page_size: int) -> HostPo
     return HostPoolSize(tokens=tokens, bytes=tokens * per_token)
 
 
+def host_tokens_for_ratio(device_tokens: int, ratio: float, page_size: int) -> int:
+    """SGLang's host pool tokens per rank for ``--hicache-ratio R``: ``int(device x R)``, page
+    aligned, plus the extra page (159,274 x 4 -> 637,097 with pages of 1)."""
+    return _page_aligned(int(device_tokens * ratio), page_size)
+
+
 def host_pool_for_ratio(ratio: float, pool: DevicePool, page_size: int) -> HostPoolSize | None:
     """``--hicache-ratio R``: R x the device pool, plus the extra page; None if the pool is
     unknown."""
     if pool.tokens is not None:
-        tokens = _page_aligned(int(pool.tokens * ratio), page_size)
+        tokens = host_tokens_for_ratio(pool.tokens, ratio, page_size)
         if pool.bytes_per_token:
             return HostPoolSize(tokens=tokens, bytes=tokens * pool.bytes_per_token)
         return None
