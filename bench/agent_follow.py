@@ -107,7 +107,7 @@ def ready_latency(starts: int) -> dict[str, Any]:
         command = [sys.executable, "-m", "bot.sim", "--model-path", "/models/m", "--tp", "2",
                    "--port", str(port), "--mem-fraction-static", "0.7",
                    "--enable-hierarchical-cache", "--hicache-ratio", "2"]  # fmt: skip
-        env = {"KIMI_SIM_PROFILE": "small-2gpu", "KIMI_SIM_SPEED": "0.01",
+        env = {"KIMI_SIM_PROFILE": "small-2gpu", "KIMI_SIM_TIME_SCALE": "0.01",
                "KIMI_SIM_STATE_DIR": str(tmp / "sim")}  # fmt: skip
         settings = _settings(
             tmp, command, env, server_url=f"http://127.0.0.1:{port}", probe="sim",

@@ -20,6 +20,7 @@ from bot.errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV",
+    "KNOWN_SECTIONS",
     "Secret",
     "Section",
     "find_config_path",
@@ -28,6 +29,19 @@ __all__ = [
 ]
 
 CONFIG_ENV = "KIMI_OPS_CONFIG"
+
+#: Every top-level table a kimi-ops config file may hold; a part that reads a new section adds
+#: it here (and documents it in ``deploy/kimi-ops.example.toml``).
+KNOWN_SECTIONS: tuple[str, ...] = (
+    "agent",
+    "bot",
+    "fleets",
+    "hosts",
+    "policy",
+    "reports",
+    "slack",
+    "store",
+)
 
 
 class Secret:
@@ -69,16 +83,27 @@ def find_config_path(cli_value: str | None, environ: Mapping[str, str] | None = 
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    """Parse the TOML file, translating I/O and syntax errors into :class:`ConfigError`."""
+    """Parse the TOML file, translating I/O and syntax errors into :class:`ConfigError`.
+
+    A top-level table kimi-ops does not know (``[stor]`` for ``[store]``) is an error naming it,
+    rather than silently leaving that part on its defaults.
+    """
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            config = tomllib.load(handle)
     except FileNotFoundError as exc:
         raise ConfigError(f"configuration file {str(path)!r} does not exist") from exc
     except OSError as exc:
         raise ConfigError(f"configuration file {str(path)!r} cannot be read: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(config) - set(KNOWN_SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown section [{unknown[0]}] in {str(path)!r}; known sections: "
+            + ", ".join(f"[{name}]" for name in KNOWN_SECTIONS)
+        )
+    return config
 
 
 def secret_from_env(environ: Mapping[str, str], variable: str, purpose: str) -> Secret:

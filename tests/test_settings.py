@@ -47,9 +47,9 @@ def test_section_reads_typed_values_and_rejects_unknown_keys(tmp_path: Path) -> 
 def test_booleans_are_not_numbers(tmp_path: Path) -> None:
     """`headroom_gb = true` is refused rather than read as 1."""
     path = tmp_path / "k.toml"
-    path.write_text("[planner]\nheadroom_gb = true\n")
+    path.write_text("[agent]\nheadroom_gb = true\n")
     with pytest.raises(ConfigError, match="must be a number"):
-        Section(load_config(path), "planner", ["headroom_gb"]).number("headroom_gb")
+        Section(load_config(path), "agent", ["headroom_gb"]).number("headroom_gb")
 
 
 def test_secrets_come_from_the_environment_and_never_print() -> None:
@@ -61,3 +61,14 @@ def test_secrets_come_from_the_environment_and_never_print() -> None:
     assert secret == Secret("s3cr3t")
     with pytest.raises(ConfigError, match="KIMI_AGENT_TOKEN is not set"):
         secret_from_env({}, "KIMI_AGENT_TOKEN", "the token")
+
+
+def test_an_unknown_section_is_named_with_the_known_ones(tmp_path: Path) -> None:
+    """A misspelt table such as [stor] is an error naming it and the known sections, not a
+    silent fallback to the defaults of the section it was meant to be."""
+    path = tmp_path / "k.toml"
+    path.write_text('[stor]\nurl = "sqlite:///x.db"\n')
+    with pytest.raises(ConfigError, match=r"unknown section \[stor\].*\[store\]"):
+        load_config(path)
+    path.write_text('[store]\nurl = "sqlite:///x.db"\n')
+    assert load_config(path) == {"store": {"url": "sqlite:///x.db"}}

@@ -29,14 +29,14 @@ HOST = "kimi-01"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kimi-ops demo", description=__doc__)
     parser.add_argument(
-        "--speed", type=float, default=0.03, help="simulated time scale (1.0 = real, ~10 min)"
+        "--time-scale", type=float, default=0.03, help="simulated time scale (1.0 = real, ~10 min)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the demo folder afterwards")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="kimi-ops-demo-"))
     print(f"kimi-ops demo in {root} (simulated host: 449 GB RAM, 8 x 96 GiB GPUs, TP 8)")
     try:
-        with demo_stack(root, args.speed) as stack, stack.client() as client:
+        with demo_stack(root, args.time_scale) as stack, stack.client() as client:
             _play(stack, client)
     except (KimiOpsError, httpx.HTTPError) as exc:
         print(f"demo failed: {exc} (logs in {root})", file=sys.stderr)

@@ -45,7 +45,7 @@ def _free_port() -> int:
         return port
 
 
-def _agent_config(root: Path, sim_port: int, speed: float) -> str:
+def _agent_config(root: Path, sim_port: int, time_scale: float) -> str:
     command = [
         sys.executable, "-m", "bot.sim",
         "--model-path", "/models/kimi-k2.5", "--tp-size", "8", "--port", str(sim_port),
@@ -75,7 +75,7 @@ def _agent_config(root: Path, sim_port: int, speed: float) -> str:
             "",
             "[agent.env]",
             f'KIMI_SIM_PROFILE = "{SIM_PROFILE}"',
-            f'KIMI_SIM_SPEED = "{speed}"',
+            f'KIMI_SIM_TIME_SCALE = "{time_scale}"',
             f'KIMI_SIM_STATE_DIR = "{sim_state}"',
             "",
         ]
@@ -83,14 +83,14 @@ def _agent_config(root: Path, sim_port: int, speed: float) -> str:
 
 
 @contextmanager
-def demo_stack(root: Path, speed: float) -> Iterator[DemoStack]:
+def demo_stack(root: Path, time_scale: float) -> Iterator[DemoStack]:
     """Start the agent (which starts the simulator on the first operation); stop all on exit."""
     from bot.store import upgrade_to_head
 
     db_url = f"sqlite:///{root / 'kimi-ops.db'}"
     upgrade_to_head(db_url)
     config = root / "kimi-ops.toml"
-    config.write_text(_agent_config(root, _free_port(), speed))
+    config.write_text(_agent_config(root, _free_port(), time_scale))
     token = os.urandom(16).hex()
     env = {**os.environ, TOKEN_ENV: token}
     agent_log = (root / "agent.log").open("ab")

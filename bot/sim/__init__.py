@@ -6,7 +6,7 @@ against a host profile, sharing the simulated host's RAM and GPU memory with oth
 through a small state file. It never allocates the memory it reports.
 
 Environment: ``KIMI_SIM_PROFILE`` (a shipped name such as ``kimi-k25-8gpu`` or a JSON path),
-``KIMI_SIM_SPEED`` (duration scale, 1.0 = real time), ``KIMI_SIM_VERSION`` (``0.5.9`` or
+``KIMI_SIM_TIME_SCALE`` (duration scale, 1.0 = real time), ``KIMI_SIM_VERSION`` (``0.5.9`` or
 ``0.5.23``), ``KIMI_SIM_STATE_DIR``, ``KIMI_SIM_FAIL`` and ``KIMI_SIM_LOAD``.
 """
 

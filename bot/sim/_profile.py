@@ -2,7 +2,7 @@
 
 A profile is a JSON file, either shipped in ``bot/sim/profiles/<name>.json`` or given by path.
 RAM figures are GB of 1e9 bytes (as SGLang's host pool line prints them); GPU figures are GiB
-(as SGLang's device lines print them). Durations are seconds at speed 1 (real time).
+(as SGLang's device lines print them). Durations are seconds at time scale 1 (real time).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ PHASES = (
 
 @dataclass(frozen=True)
 class HostProfile:
-    """What the simulated host has and how long each startup phase takes at speed 1."""
+    """What the simulated host has and how long each startup phase takes at time scale 1."""
 
     name: str
     ram_total_gb: float
@@ -83,7 +83,7 @@ class HostProfile:
         return int(self.gpu_memory_gib * GIB)
 
     def phase(self, name: str) -> float:
-        """Seconds the phase ``name`` takes at speed 1."""
+        """Seconds the phase ``name`` takes at time scale 1."""
         return dict(self.phase_seconds)[name]
 
     def device_tokens_at(self, fraction: float) -> int:

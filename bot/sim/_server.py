@@ -114,8 +114,8 @@ class Simulation:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def sleep(self, at_speed_one: float) -> None:
-        if self.stop.wait(self.s.seconds(at_speed_one)):
+    def sleep(self, at_real_time: float) -> None:
+        if self.stop.wait(self.s.seconds(at_real_time)):
             raise _Terminate
 
     def each_rank(self, message: Callable[[Rank], str]) -> None:

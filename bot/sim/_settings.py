@@ -40,7 +40,7 @@ class Failures:
 @dataclass(frozen=True)
 class SimSettings:
     profile: HostProfile
-    speed: float
+    time_scale: float
     version: str
     state_dir: Path
     failures: Failures
@@ -55,9 +55,9 @@ class SimSettings:
     def version_tuple(self) -> tuple[int, ...]:
         return tuple(int(part) for part in self.version.split("."))
 
-    def seconds(self, at_speed_one: float) -> float:
-        """Wall-clock seconds for a duration given at speed 1."""
-        return at_speed_one * self.speed
+    def seconds(self, at_real_time: float) -> float:
+        """Wall-clock seconds for a duration given in real time."""
+        return at_real_time * self.time_scale
 
 
 def state_dir_for(profile: HostProfile, environ: Mapping[str, str]) -> Path:
@@ -71,7 +71,9 @@ def state_dir_for(profile: HostProfile, environ: Mapping[str, str]) -> Path:
 def load_settings(environ: Mapping[str, str]) -> SimSettings:
     """Read and check every ``KIMI_SIM_*`` variable; a bad one raises SimError naming it."""
     profile = load_profile(environ.get("KIMI_SIM_PROFILE", "").strip() or DEFAULT_PROFILE)
-    speed = _positive_float(environ, "KIMI_SIM_SPEED", 1.0, "0.01 for tests, 1.0 for real time")
+    time_scale = _positive_float(
+        environ, "KIMI_SIM_TIME_SCALE", 1.0, "0.01 for tests, 1.0 for real time"
+    )
     version = environ.get("KIMI_SIM_VERSION", "").strip() or VERSIONS[0]
     if version not in VERSIONS:
         raise SimError(f"KIMI_SIM_VERSION {version!r} is not simulated; use one of {VERSIONS}")
@@ -81,7 +83,7 @@ def load_settings(environ: Mapping[str, str]) -> SimSettings:
         raise SimError(f"KIMI_SIM_LOAD {load_text!r} must be >= 0 (0 is off)")
     return SimSettings(
         profile=profile,
-        speed=speed,
+        time_scale=time_scale,
         version=version,
         state_dir=state_dir_for(profile, environ),
         failures=parse_failures(environ.get("KIMI_SIM_FAIL", "")),

@@ -65,7 +65,7 @@ def sim_command(port: int, tp: int, *hicache: str) -> list[str]:
 def write_config(
     tmp_path: Path,
     profile: str = KIMI,
-    speed: float = 0.002,
+    time_scale: float = 0.002,
     hicache: tuple[str, ...] = ("--enable-hierarchical-cache", "--hicache-ratio", "2"),
     probe: str = "sim",
     **agent: Any,
@@ -96,7 +96,7 @@ def write_config(
     keys.update(agent)
     env = {
         "KIMI_SIM_PROFILE": profile,
-        "KIMI_SIM_SPEED": str(speed),
+        "KIMI_SIM_TIME_SCALE": str(time_scale),
         "KIMI_SIM_STATE_DIR": str(sim_state),
     }
     lines = ["[agent]", *(f"{key} = {_toml(value)}" for key, value in keys.items())]

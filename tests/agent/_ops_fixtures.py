@@ -95,7 +95,7 @@ class Harness:
 def make_settings(tmp: Path, command: list[str], **agent: Any) -> AgentSettings:
     env = {
         "KIMI_SIM_PROFILE": agent.pop("profile", "small-2gpu"),
-        "KIMI_SIM_SPEED": agent.pop("speed", FAST),
+        "KIMI_SIM_TIME_SCALE": agent.pop("time_scale", FAST),
         "KIMI_SIM_STATE_DIR": str(tmp / "sim"),
         "KIMI_SIM_VERSION": agent.pop("version", "0.5.9"),
         **agent.pop("extra_env", {}),

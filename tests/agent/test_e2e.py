@@ -1,7 +1,7 @@
 """End to end over real HTTP: ``kimi-ops agent`` as a subprocess resizes the simulated server.
 
 The agent runs with the process backend, the simulator (``python -m bot.sim``, the field notes'
-kimi profile at a fast speed) as the server command, and ``probe = "sim"``. The server was
+kimi profile at a small time scale) as the server command, and ``probe = "sim"``. The server was
 started before the agent (as by an earlier run of it): the agent re-attaches to it.
 """
 

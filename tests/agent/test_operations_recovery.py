@@ -38,7 +38,7 @@ def test_agent_restart_mid_start_resumes_to_ready_without_a_second_start(
     running) re-attaches, ends ready, and the event list has no gap and no repeated step; the
     server was started once (one new ``server_args=`` line in the log)."""
     harness = harness_factory(
-        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), speed="0.05"
+        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), time_scale="0.05"
     )
     harness.start_server()
     first = harness.manager()
@@ -127,7 +127,7 @@ def test_server_dying_while_the_agent_is_down_is_settled_on_resume(
     """If the server the operation started is killed while no agent watches, the next agent's
     resume() settles it as a failure and rolls back to the config that was ready, once."""
     harness = harness_factory(
-        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), speed="0.05"
+        sim_command(free_port(), *SMALL, "--hicache-ratio", "2"), time_scale="0.05"
     )
     harness.start_server()
     first = harness.manager()
@@ -162,7 +162,7 @@ def test_a_stall_ends_when_the_log_moves_again(harness_factory: Callable[..., Ha
     server lives; when the log moves again the operation goes back to running and ends ready."""
     harness = harness_factory(
         sim_command(free_port(), "--mem-fraction-static", "0.7"),  # HiCache off: no pin
-        speed="0.05",
+        time_scale="0.05",
         extra_env={"KIMI_SIM_FAIL": "slow_pin:40"},  # 8 GB at 2 GB/s x 0.05 x 40 = 8 s silent
         stall_after_s=0.5,  # plus the pin's expected ~4.4 s (8 GB x 60 s / 110 GB)
     )

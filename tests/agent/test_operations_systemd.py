@@ -132,7 +132,7 @@ def _build(
             "--hicache-ratio", "2"]  # fmt: skip
     unit_env = {
         "KIMI_SIM_PROFILE": "small-2gpu",
-        "KIMI_SIM_SPEED": "0.01",
+        "KIMI_SIM_TIME_SCALE": "0.01",
         "KIMI_SIM_VERSION": "0.5.9",
         "KIMI_SIM_STATE_DIR": str(sim_state),
         "PYTHONPATH": str(REPO),
@@ -217,7 +217,7 @@ def test_a_lagging_journal_still_gives_every_phase_before_ready(
     0.3 s between "Uvicorn running" and the warmup request, /health answers 200 before the
     warmup line arrives; the operation still lists every phase in order before verifying."""
     profile = json.loads((SIM_PROFILES / "small-2gpu.json").read_text())
-    profile["phase_seconds"]["http"] = 30.0  # x speed 0.01 = 0.3 s
+    profile["phase_seconds"]["http"] = 30.0  # x time scale 0.01 = 0.3 s
     path = tmp_path / "slow-http.json"
     path.write_text(json.dumps(profile))
     rig = systemd_rig({"KIMI_SIM_PROFILE": str(path)})

@@ -39,7 +39,7 @@ def systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Systemd
     (units / UNIT).write_text(
         "[Service]\n"
         "Environment=KIMI_SIM_PROFILE=small-2gpu\n"
-        "Environment=KIMI_SIM_SPEED=0.01\n"
+        "Environment=KIMI_SIM_TIME_SCALE=0.01\n"
         f"Environment=KIMI_SIM_STATE_DIR={sim_state}\n"
         f"Environment=PYTHONPATH={Path(__file__).resolve().parents[2]}\n"
         f"ExecStart={' '.join(argv)}\n"

@@ -9,9 +9,9 @@ import sys
 
 def test_demo_refuses_300_and_brings_ratio_4_to_ready() -> None:
     """The scripted on-call session refuses 8 x 300 GB, applies ratio 4 to ready, and records
-    all three revisions in the audit (at a fast simulated speed)."""
+    all three revisions in the audit (at a small simulated time scale)."""
     result = subprocess.run(
-        [sys.executable, "-m", "bot.demo", "--speed", "0.005"],
+        [sys.executable, "-m", "bot.demo", "--time-scale", "0.005"],
         capture_output=True,
         text=True,
         timeout=240,

@@ -102,7 +102,7 @@ def sim_env(tmp_path: Path) -> dict[str, str]:
     env.update(
         KIMI_SIM_STATE_DIR=str(tmp_path / "state"),
         KIMI_SIM_PROFILE="small-2gpu",
-        KIMI_SIM_SPEED="0.01",
+        KIMI_SIM_TIME_SCALE="0.01",
         PYTHONUNBUFFERED="1",
     )
     return env

@@ -201,9 +201,9 @@ def test_tp_abbreviation_reaches_tp_size(
 
 def test_bad_environment_exits_2(run_sim: Callable[..., Sim], sim_env: dict[str, str]) -> None:
     """A bad KIMI_SIM_* value is named on stderr and nothing starts."""
-    sim = run_sim(ARGS, dict(sim_env, KIMI_SIM_SPEED="warp"))
+    sim = run_sim(ARGS, dict(sim_env, KIMI_SIM_TIME_SCALE="warp"))
     assert sim.wait() == 2
-    assert "bot.sim: KIMI_SIM_SPEED 'warp' is not a number" in sim.stderr()
+    assert "bot.sim: KIMI_SIM_TIME_SCALE 'warp' is not a number" in sim.stderr()
 
 
 @pytest.mark.slow

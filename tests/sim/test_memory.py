@@ -34,8 +34,8 @@ PER_TOKEN = 70272
 
 @pytest.fixture
 def kimi_env(sim_env: dict[str, str]) -> dict[str, str]:
-    """The field notes' host, at a speed where a full start takes about a second."""
-    return dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_SPEED="0.002")
+    """The field notes' host, at a time scale where a full start takes about a second."""
+    return dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_TIME_SCALE="0.002")
 
 
 def allocating(sim: Sim) -> list[tuple[str, str]]:

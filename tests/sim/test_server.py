@@ -308,7 +308,7 @@ def test_dp_and_pp_ranks_carry_their_prefixes(
     run_sim: Callable[..., Sim], sim_env: dict[str, str]
 ) -> None:
     """DP 2 x PP 2 x TP 2 on 8 GPUs: prefixes like `DP1 PP0 TP1`, one set of lines per rank."""
-    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_SPEED="0.002")
+    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_TIME_SCALE="0.002")
     args = ["--model-path", "/m", "--tp", "2", "--dp-size", "2", "--pp-size", "2", "--port", "0"]
     sim = run_sim(args, env)
     sim.wait_for(READY)

@@ -15,7 +15,7 @@ def test_defaults() -> None:
     """With nothing set: the Kimi profile, real time, SGLang 0.5.9, no failure, no load."""
     settings = load_settings({})
     assert settings.profile.name == "kimi-k25-8gpu"
-    assert settings.speed == 1.0
+    assert settings.time_scale == 1.0
     assert settings.version == "0.5.9"
     assert settings.load_rate == 0
     assert not settings.failures.crash_loading
@@ -41,9 +41,9 @@ def test_failure_modes_parse() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"KIMI_SIM_SPEED": "fast"}, "KIMI_SIM_SPEED 'fast' is not a number"),
-        ({"KIMI_SIM_SPEED": "0"}, "must be > 0"),
-        ({"KIMI_SIM_SPEED": "inf"}, "must be finite"),
+        ({"KIMI_SIM_TIME_SCALE": "fast"}, "KIMI_SIM_TIME_SCALE 'fast' is not a number"),
+        ({"KIMI_SIM_TIME_SCALE": "0"}, "must be > 0"),
+        ({"KIMI_SIM_TIME_SCALE": "inf"}, "must be finite"),
         ({"KIMI_SIM_VERSION": "0.4.0"}, "KIMI_SIM_VERSION '0.4.0' is not simulated"),
         ({"KIMI_SIM_FAIL": "explode"}, "'explode' is not a failure mode"),
         ({"KIMI_SIM_FAIL": "stall:lunch"}, "stall takes a phase"),

@@ -89,7 +89,10 @@ def test_parser_classifies_the_host_memory_refusal(
 ) -> None:
     """0.5.23's per-host budget refusal is a host-memory failure."""
     env = dict(
-        sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_SPEED="0.002", KIMI_SIM_VERSION="0.5.23"
+        sim_env,
+        KIMI_SIM_PROFILE="kimi-k25-8gpu",
+        KIMI_SIM_TIME_SCALE="0.002",
+        KIMI_SIM_VERSION="0.5.23",
     )
     sim = run_sim(
         [*ARGS[:3], "8", *ARGS[4:8], "--enable-hicache", "--hicache-size", "300"], env, merged=True
@@ -106,7 +109,7 @@ def test_parser_sees_the_0_5_9_oom_allocation(
     run_sim: Callable[..., Sim], sim_env: dict[str, str]
 ) -> None:
     """0.5.9's silent OOM: the log holds 8 x 300 GB of Allocating lines and no ready."""
-    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_SPEED="0.002")
+    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_TIME_SCALE="0.002")
     sim = run_sim(
         [*ARGS[:3], "8", *ARGS[4:8], "--enable-hierarchical-cache", "--hicache-size", "300"],
         env,

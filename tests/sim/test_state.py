@@ -28,7 +28,7 @@ def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
 
 @pytest.fixture
 def slow_release(sim_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
-    """small-2gpu with a 300 s release delay: 3 s at test speed, room for an immediate restart."""
+    """small-2gpu with a 300 s release delay: 3 s at the tests' time scale, room to restart."""
     raw = json.loads(Path("bot/sim/profiles/small-2gpu.json").read_text())
     raw["leftover_release_s"] = 300.0
     path = tmp_path / "slow-release.json"
@@ -114,7 +114,7 @@ def test_read_host_state_of_an_idle_host(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_rss_stays_under_100_mb(run_sim: Callable[..., Sim], sim_env: dict[str, str]) -> None:
     """A ready 8-GPU simulator reporting 358 GB of host pools holds under 100 MB itself."""
-    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_SPEED="0.002")
+    env = dict(sim_env, KIMI_SIM_PROFILE="kimi-k25-8gpu", KIMI_SIM_TIME_SCALE="0.002")
     sim = run_sim(
         [
             *ARGS[:3],
