@@ -12,7 +12,7 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.sql.schema import SchemaItem
 
-from bot.store._engine import make_engine
+from bot.db import make_engine
 from bot.store._models import Base
 from bot.store.config import DEFAULT_URL
 from bot.store.migrate import FOREIGN_TABLES, include_name

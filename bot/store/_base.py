@@ -13,9 +13,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.clock import Clock, SystemClock
+from bot.db import WRITE_OPTION, make_engine, safe_url
 from bot.errors import StoreError
 from bot.store import _validate as v
-from bot.store._engine import WRITE_OPTION, make_engine, safe_url
 from bot.store.migrate import ensure_at_head
 
 __all__ = ["StoreBase"]

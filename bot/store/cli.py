@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
+from bot.db import make_engine, safe_url
 from bot.errors import InputError
 from bot.store._cli_common import add_database_options, settings_from_args
-from bot.store._engine import make_engine, safe_url
 from bot.store.migrate import current_revision, downgrade, head_revision, upgrade
 
 __all__ = ["configure", "run"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from bot.db import parse_url
 from bot.errors import ConfigError
 from bot.settings import (
     CONFIG_ENV,
@@ -21,7 +22,6 @@ from bot.settings import (
     load_config,
     secret_from_env,
 )
-from bot.store._engine import parse_url
 
 __all__ = ["DEFAULT_URL", "StoreSettings", "resolve_settings", "resolve_url"]
 

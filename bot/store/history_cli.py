@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from bot.db import safe_url
 from bot.errors import StoreError
 from bot.store._cli_common import add_database_options, settings_from_args
-from bot.store._engine import safe_url
 from bot.store._render import history_csv, history_json, history_table
 from bot.store.store import Store
 

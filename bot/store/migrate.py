@@ -23,8 +23,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot.db import WRITE_OPTION, make_engine, safe_url
 from bot.errors import InputError, MigrationError
-from bot.store._engine import WRITE_OPTION, make_engine, safe_url
 
 __all__ = [
     "FOREIGN_TABLES",

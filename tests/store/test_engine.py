@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.db import make_engine
 from bot.errors import InputError
 from bot.store import (
     CapacitySample,
@@ -17,7 +18,6 @@ from bot.store import (
     Store,
     upgrade_to_head,
 )
-from bot.store._engine import make_engine
 
 THREADS = 8
 WRITES = 500

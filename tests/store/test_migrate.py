@@ -20,9 +20,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, insert, inspect, select, text
 
+from bot.db import make_engine
 from bot.errors import InputError, MigrationError
 from bot.store import Store, current_revision, downgrade, head_revision, upgrade, upgrade_to_head
-from bot.store._engine import make_engine
 from bot.store._models import Base
 from bot.store.migrate import MIGRATIONS_DIR, include_name
 

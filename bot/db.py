@@ -1,4 +1,5 @@
-"""Engines: SQLite tuned for several writer threads, any other SQLAlchemy URL as it is.
+"""Engines for the store and the agent's state: SQLite tuned for several writer threads, any other
+SQLAlchemy URL as it is.
 
 SQLite, per connection: WAL (readers never block the writer), foreign keys on, a busy timeout.
 Python 3.11's ``sqlite3`` has no ``Connection.autocommit``, so the driver's own transaction
