@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal, NoReturn
 
 from bot.errors import CommandLineError
+from bot.hicache import DEFAULT_HICACHE_RATIO, HiCacheSetting
 
 __all__ = [
     "DEFAULT_HICACHE_RATIO",
@@ -38,7 +39,6 @@ __all__ = [
     "validate_command",
 ]
 
-DEFAULT_HICACHE_RATIO = 2.0
 ENABLE = "--enable-hierarchical-cache"
 RATIO = "--hicache-ratio"
 SIZE = "--hicache-size"
@@ -80,43 +80,6 @@ _SHELL_TOKENS = frozenset({";", "&&", "||", "|", "&", ">", ">>", "<", "$(", "`"}
 _SERVER_MODULES = frozenset({"sglang.launch_server", "bot.sim"})
 
 AddCliArgs = Callable[[argparse.ArgumentParser], None]
-
-
-@dataclass(frozen=True)
-class HiCacheSetting:
-    """The HiCache flags of a command line, as written (None = flag absent).
-
-    ``size_gb`` 0 (SGLang's default, "not set") is read as None.
-    """
-
-    enabled: bool
-    ratio: float | None = None
-    size_gb: int | None = None
-    write_policy: str | None = None
-    io_backend: str | None = None
-
-    def effective(self) -> HiCacheSetting:
-        """What SGLang sizes the host pool by: off, a size (ratio ignored) or a ratio.
-
-        Write policy and I/O backend are kept as they are; they do not size anything.
-        """
-        if not self.enabled:
-            return HiCacheSetting(enabled=False)
-        if self.size_gb is not None and self.size_gb > 0:
-            return dataclasses.replace(self, ratio=None)
-        ratio = DEFAULT_HICACHE_RATIO if self.ratio is None else self.ratio
-        return dataclasses.replace(self, ratio=ratio, size_gb=None)
-
-    def effective_phrase(self) -> str:
-        """A person's reading: "off", "size 48 GB/rank (ratio ignored)", "ratio 4 x device pool"."""
-        if not self.enabled:
-            return "off"
-        if self.size_gb is not None and self.size_gb > 0:
-            ignored = " (ratio ignored)" if self.ratio is not None else ""
-            return f"size {self.size_gb} GB/rank{ignored}"
-        if self.ratio is None:
-            return f"ratio {DEFAULT_HICACHE_RATIO:g} x device pool (default)"
-        return f"ratio {self.ratio:g} x device pool"
 
 
 @dataclass(frozen=True)
