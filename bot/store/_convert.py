@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.store._models import (
     CapacitySampleRow,
     OperationEventRow,
@@ -52,7 +53,7 @@ def revision_record(row: RevisionRow) -> RevisionRecord:
             per_rank_gb=row.plan_per_rank_gb,
             total_gb=row.plan_total_gb,
             per_rank_tokens=row.plan_per_rank_tokens,
-            verdict=row.plan_verdict,
+            verdict=Verdict(row.plan_verdict),
             reason=row.plan_reason,
             detail=row.plan,
         ),

@@ -76,9 +76,10 @@ class RevisionRow(Base):
     hicache_io_backend: Mapped[str | None] = mapped_column(String(64))
     command_line: Mapped[list[str]] = mapped_column(JSON)
     plan: Mapped[dict[str, Any]] = mapped_column(JSON)
-    plan_per_rank_gb: Mapped[float] = mapped_column(Double)
-    plan_total_gb: Mapped[float] = mapped_column(Double)
-    plan_per_rank_tokens: Mapped[int] = mapped_column(BigInteger)
+    # None where the planner could not work a figure out (never 0).
+    plan_per_rank_gb: Mapped[float | None] = mapped_column(Double)
+    plan_total_gb: Mapped[float | None] = mapped_column(Double)
+    plan_per_rank_tokens: Mapped[int | None] = mapped_column(BigInteger)
     plan_verdict: Mapped[str] = mapped_column(String(32))
     plan_reason: Mapped[str] = mapped_column(Text)
     proposed_by: Mapped[str | None] = mapped_column(String(USER))

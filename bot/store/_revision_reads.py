@@ -16,6 +16,11 @@ from bot.store.records import RevisionOutcome, RevisionRecord
 __all__ = ["RevisionReadsMixin"]
 
 
+def _first_known(*values: float | None) -> float:
+    # As the agent's samples: a start whose pool size nobody knows counts as no pool.
+    return next((value for value in values if value is not None), 0.0)
+
+
 class RevisionReadsMixin(StoreBase):
     def revision(self, revision_id: int) -> RevisionRecord:
         with self._read("read a revision") as session:
@@ -87,11 +92,7 @@ class RevisionReadsMixin(StoreBase):
             return [
                 StartSample(
                     seconds=row.startup_seconds,  # type: ignore[arg-type]  # filtered above
-                    host_gb_per_rank=(
-                        row.host_gb_per_rank
-                        if row.host_gb_per_rank is not None
-                        else row.plan_per_rank_gb
-                    ),
+                    host_gb_per_rank=_first_known(row.host_gb_per_rank, row.plan_per_rank_gb),
                 )
                 for row in session.scalars(query)
             ]

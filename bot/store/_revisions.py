@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from bot.errors import InputError, NotFound
 from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record, revision_record
@@ -96,10 +97,10 @@ def _plan_columns(plan: PlanSummary) -> dict[str, Any]:
         raise InputError(f"plan must be a PlanSummary, not {type(plan).__name__}")
     return {
         "plan": v.json_object("plan detail", plan.detail),
-        "plan_per_rank_gb": v.finite("plan per-rank GB", plan.per_rank_gb, minimum=0),
-        "plan_total_gb": v.finite("plan total GB", plan.total_gb, minimum=0),
-        "plan_per_rank_tokens": v.count("plan per-rank tokens", plan.per_rank_tokens),
-        "plan_verdict": v.text("plan verdict", plan.verdict, 32),
+        "plan_per_rank_gb": v.optional_finite("plan per-rank GB", plan.per_rank_gb, minimum=0),
+        "plan_total_gb": v.optional_finite("plan total GB", plan.total_gb, minimum=0),
+        "plan_per_rank_tokens": v.optional_count("plan per-rank tokens", plan.per_rank_tokens),
+        "plan_verdict": v.member("plan verdict", Verdict, plan.verdict).value,
         "plan_reason": v.free_text("plan reason", plan.reason),
     }
 
@@ -366,4 +367,4 @@ class RevisionsMixin(StoreBase):
 # The columns a rollback copies from the revision it returns to: exactly those the two column
 # builders above write, so a column added there is copied too.
 _COPIED_SETTINGS = (*_settings_columns(HiCacheSetting(enabled=False)), "command_line")
-_COPIED_PLAN = tuple(_plan_columns(PlanSummary(0.0, 0.0, 0, "fits", "")))
+_COPIED_PLAN = tuple(_plan_columns(PlanSummary(None, None, None, Verdict.FITS, "")))

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
 
 __all__ = [
@@ -65,13 +66,15 @@ FINAL_OUTCOMES: frozenset[RevisionOutcome] = frozenset(
 class PlanSummary:
     """The planner's figures at proposal time: the key numbers as columns, the whole plan as JSON.
 
+    A figure the planner could not work out is None, never 0 (a ratio refused for want of the
+    device pool's size has no GB; a size without a known KV size per token has no token count).
     ``detail`` is the full Plan as a JSON-able mapping (finite numbers, strings, lists, dicts).
     """
 
-    per_rank_gb: float
-    total_gb: float
-    per_rank_tokens: int
-    verdict: str
+    per_rank_gb: float | None
+    total_gb: float | None
+    per_rank_tokens: int | None
+    verdict: Verdict
     reason: str
     detail: Mapping[str, Any] = field(default_factory=dict)
 

@@ -9,10 +9,13 @@ Create Date: 2026-11-30
 - ``revisions.agent_returned_to``: for a rollback, the agent's id of the revision it returned to;
 - ``operations.agent_operation_id``: text -> BIGINT, as the agent numbers its operations
   (``GET /v1/operations/{id}``). A stored id that is not a whole number stops the upgrade with the
-  rows named and nothing changed, rather than being cast to 0 (as SQLite's CAST would).
+  rows named and nothing changed, rather than being cast to 0 (as SQLite's CAST would);
+- ``revisions.plan_per_rank_gb``, ``plan_total_gb``, ``plan_per_rank_tokens`` may be NULL: a
+  figure the planner could not work out is unknown, not 0.
 
 The full command line the agent wrote already has its column (``revisions.command_line``).
-Downgrading drops the two revision columns and turns the operation ids back into text.
+Downgrading drops the two revision columns, turns the operation ids back into text and, as 0001
+had no way to say "unknown", stores an unknown plan figure as 0.
 """
 
 from __future__ import annotations
@@ -47,9 +50,18 @@ def _check_operation_ids() -> None:
         )
 
 
+_PLAN_FIGURES = (
+    ("plan_per_rank_gb", sa.Double()),
+    ("plan_total_gb", sa.Double()),
+    ("plan_per_rank_tokens", sa.BigInteger()),
+)
+
+
 def upgrade() -> None:
     _check_operation_ids()
     with op.batch_alter_table("revisions") as batch:
+        for name, type_ in _PLAN_FIGURES:
+            batch.alter_column(name, existing_type=type_, nullable=True)
         batch.add_column(sa.Column("agent_revision_id", sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("agent_returned_to", sa.BigInteger(), nullable=True))
         batch.create_index(
@@ -74,7 +86,11 @@ def downgrade() -> None:
             existing_nullable=False,
             postgresql_using="agent_operation_id::text",
         )
+    for name, _type in _PLAN_FIGURES:
+        op.execute(sa.text(f"UPDATE revisions SET {name} = 0 WHERE {name} IS NULL"))
     with op.batch_alter_table("revisions") as batch:
+        for name, type_ in _PLAN_FIGURES:
+            batch.alter_column(name, existing_type=type_, nullable=False)
         batch.drop_index("ix_revisions_host_agent_revision_id")
         batch.drop_column("agent_returned_to")
         batch.drop_column("agent_revision_id")

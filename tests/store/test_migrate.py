@@ -95,7 +95,8 @@ SEED_ROWS["0002"] = {
     "revisions": [
         {**SEED_ROWS["0001"]["revisions"][0], "agent_revision_id": 2**53 + 1,
          "agent_returned_to": None},
-        {**SEED_ROWS["0001"]["revisions"][1], "agent_revision_id": 4, "agent_returned_to": 2},
+        {**SEED_ROWS["0001"]["revisions"][1], "agent_revision_id": 4, "agent_returned_to": 2,
+         "plan_per_rank_gb": None, "plan_total_gb": None, "plan_per_rank_tokens": None},
     ],
     "operations": [{**SEED_ROWS["0001"]["operations"][0], "agent_operation_id": 2**62}],
 }  # fmt: skip
@@ -186,8 +187,8 @@ def test_upgrade_from_every_revision_keeps_rows(db_url: str, from_revision: str)
 
 
 def test_downgrading_0002_turns_agent_ids_back_into_text(db_url: str) -> None:
-    """Down from 0002 to 0001: the operation ids come back as the text 0001 stored, every other
-    0001 column keeps its value, and the agent revision columns are gone."""
+    """Down from 0002 to 0001: the operation ids come back as text, unknown plan figures as 0,
+    and the agent revision columns are gone; upgrading again works."""
     assert_upgrade_keeps_rows(db_url, "0002")
     assert downgrade(db_url, "0001") == "0001"
     engine = make_engine(db_url)
@@ -195,9 +196,14 @@ def test_downgrading_0002_turns_agent_ids_back_into_text(db_url: str) -> None:
         with engine.connect() as conn:
             ids = conn.execute(text("SELECT agent_operation_id FROM operations")).scalars().all()
             columns = {c["name"] for c in inspect(conn).get_columns("revisions")}
+            unknown_figures = conn.execute(
+                text("SELECT plan_per_rank_gb, plan_total_gb, plan_per_rank_tokens FROM revisions")
+            ).all()
     finally:
         engine.dispose()
     assert ids == [str(2**62)]
+    # 0001 cannot say "unknown": the figures 0002 left NULL come back as 0.
+    assert [tuple(row) for row in unknown_figures][1] == (0, 0, 0)
     assert not {"agent_revision_id", "agent_returned_to"} & columns
     assert upgrade_to_head(db_url) == head_revision()
 

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from bot.errors import InputError, MigrationError, NotFound
 from bot.hicache import HiCacheSetting
-from bot.planner import StartSample
+from bot.planner import StartSample, Verdict
 from bot.store import (
     CapacitySample,
     PlanSummary,
@@ -47,7 +47,7 @@ PLAN_48 = PlanSummary(
     per_rank_gb=PER_RANK_GB,
     total_gb=PER_RANK_GB * RANKS,
     per_rank_tokens=HOST_TOKENS,
-    verdict="fits",
+    verdict=Verdict.FITS,
     reason="8 x 48.00 GB = 384.00 GB fits in 449 GB available - 10 GiB reserve - 40 GB headroom",
     detail={"ranks": RANKS, "per_rank_bytes": HOST_TOKENS * BYTES_PER_TOKEN, "notes": ["a", "b"]},
 )
