@@ -188,7 +188,8 @@ def read_plan(answer: Mapping[str, Any]) -> PlanSummary:
 
 def read_requested_setting(answer: Mapping[str, Any]) -> HiCacheSetting:
     """The HiCache setting a plan was asked for. A size that is not a whole number of GB (which
-    SGLang refuses) is left out here; the plan's detail keeps the request as sent."""
+    SGLang's parser refuses: docs/sglang.md#flags) is left out here; the plan's detail keeps the
+    request as sent."""
     plan = _mapping(_mapping(answer, "the agent's plan answer").get("plan"), "the agent's plan")
     request = _mapping(plan.get("request"), "the agent's plan request")
     ratio = _number(request, "ratio", "the agent's plan request")

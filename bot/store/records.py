@@ -83,10 +83,11 @@ class PlanSummary:
 class RevisionRecord:
     """One configuration asked for on one host, from proposal to its outcome: the audit row.
 
-    ``settings`` are the HiCache flags as written (a size wins over a ratio, as in SGLang; both
-    are kept so the audit shows exactly what ran); ``command_line`` is the whole argv the agent
-    wrote for it (empty when the revision never reached an agent). ``agent_revision_id`` and
-    ``agent_returned_to`` are the host agent's own revision ids (None when not recorded).
+    ``settings`` are the HiCache flags as written: a size wins over a ratio, as in SGLang
+    (docs/sglang.md#host-pool-sizing), and both are kept so the audit shows exactly what ran.
+    ``command_line`` is the whole argv the agent wrote for it (empty when the revision never
+    reached an agent). ``agent_revision_id`` and ``agent_returned_to`` are the host agent's own
+    revision ids (None when not recorded).
     """
 
     id: int

@@ -25,7 +25,7 @@ from bot.store._models import Base
 from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
 from tests.store.conftest import TickingClock
 
-# Field notes: Kimi-K2.5 (MLA, 61 layers, bf16) on 8 ranks; SGLANG_FACTS.md section 1 gives
+# Kimi-K2.5 (MLA, 61 layers, bf16) on 8 ranks; docs/sglang.md#host-pool-sizing gives
 # size_per_token = 576 * 2 * 61 = 70,272 B, and --hicache-size 48 gives
 # int(48e9 // 70272) // 1 + 1 = 683,061 tokens per rank (the 0.5.23 log line says 683061).
 BYTES_PER_TOKEN = 576 * 2 * 61
