@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
 
 from bot.agent.config import load_agent_settings
 from bot.agent.control import make_control
@@ -23,7 +22,6 @@ from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
 from bot.planner import StartSample, Verdict
 from bot.store import RevisionOutcome, Store, record_agent_operation, record_agent_plan
-from bot.store._models import Base
 from bot.vocab import (
     FINAL_OPERATION_STATES,
     EventPhase,
@@ -32,6 +30,7 @@ from bot.vocab import (
     OperationState,
 )
 from tests.agent._api_helpers import SMALL, TOKEN, TOKEN_ENV, auth, run_agent, write_config
+from tests.store.conftest import table_counts
 
 HOST = "kimi-test"
 
@@ -86,14 +85,6 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return out
 
 
-def _counts(store: Store) -> dict[str, int]:
-    with store.engine.connect() as conn:
-        return {
-            table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
-            for table in Base.metadata.sorted_tables
-        }
-
-
 def _agent_revision(answers: dict[str, Any], rev_id: int) -> dict[str, Any]:
     found: dict[str, Any] = next(r for r in answers["revisions"]["revisions"] if r["id"] == rev_id)
     return found
@@ -134,11 +125,11 @@ def test_a_ready_resize_keeps_the_logged_figures_ids_command_line_and_events(
     assert [e.phase.value for e in events] == [e["phase"] for e in page["events"]]
     assert events[-1].phase is EventPhase.READY
 
-    before = _counts(store)
+    before = table_counts(store)
     again = record_agent_operation(
         store, HOST, page, answers["revisions_after_ready"], revision_id=proposal.id
     )
-    assert (again, _counts(store), store.revision(proposal.id)) == (recorded, before, revision)
+    assert (again, table_counts(store), store.revision(proposal.id)) == (recorded, before, revision)
 
 
 def test_a_rolled_back_start_is_a_rollback_of_the_failed_revision(
@@ -172,9 +163,9 @@ def test_a_rolled_back_start_is_a_rollback_of_the_failed_revision(
     assert rollback.host_gb_per_rank == 12.0
     assert rollback.command_line == tuple(_agent_revision(answers, ready_revision)["argv"])
 
-    before = _counts(store)
+    before = table_counts(store)
     record_agent_operation(store, HOST, page, answers["revisions"])
-    assert _counts(store) == before
+    assert table_counts(store) == before
 
 
 def test_the_rollback_target_is_recorded_when_the_store_never_saw_it(
@@ -296,17 +287,17 @@ def test_an_answer_that_cannot_be_read_is_refused_and_changes_nothing(
     store: Store, answers: dict[str, Any], make: Any, message: str
 ) -> None:
     """Each malformed answer raises AgentError naming the field, and no table changes."""
-    before = _counts(store)
+    before = table_counts(store)
     with pytest.raises(AgentError, match=message):
         record_agent_operation(store, HOST, make(answers), answers["revisions"])
-    assert _counts(store) == before
+    assert table_counts(store) == before
 
 
 def test_an_operation_whose_revision_the_answer_lacks_is_refused(
     store: Store, answers: dict[str, Any]
 ) -> None:
     """The revisions answer must hold the operation's revision; otherwise nothing is written."""
-    before = _counts(store)
+    before = table_counts(store)
     with pytest.raises(AgentError, match="do not include revision"):
         record_agent_operation(store, HOST, answers["ready"], {"revisions": []})
-    assert _counts(store) == before
+    assert table_counts(store) == before

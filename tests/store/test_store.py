@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from bot.errors import InputError, MigrationError, NotFound
@@ -21,9 +21,8 @@ from bot.store import (
     Store,
     StoredEvent,
 )
-from bot.store._models import Base
 from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
-from tests.store.conftest import TickingClock
+from tests.store.conftest import TickingClock, table_counts
 
 # Kimi-K2.5 (MLA, 61 layers, bf16) on 8 ranks; docs/sglang.md#host-pool-sizing gives
 # size_per_token = 576 * 2 * 61 = 70,272 B, and --hicache-size 48 gives
@@ -80,14 +79,6 @@ def _ready(store: Store, host: str = "kimi-01", seconds: float = 640.0) -> int:
     store.record_apply(revision_id, "U0ANA")
     store.record_outcome(revision_id, "ready", startup_seconds=seconds)
     return revision_id
-
-
-def _counts(store: Store) -> dict[str, int]:
-    with store.engine.connect() as conn:
-        return {
-            table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
-            for table in Base.metadata.sorted_tables
-        }
 
 
 def test_proposal_and_revision_read_back_exactly(store: Store, clock: TickingClock) -> None:
@@ -358,7 +349,7 @@ def test_deleting_an_operation_deletes_its_events(store: Store) -> None:
     store.append_events(op.id, _more(datetime(2026, 2, 24, tzinfo=UTC), 1, 3))
     with store.engine.begin() as conn:
         conn.execute(text("DELETE FROM operations WHERE id = :id"), {"id": op.id})
-    assert _counts(store)["operation_events"] == 0
+    assert table_counts(store)["operation_events"] == 0
 
 
 def test_a_revision_with_an_operation_cannot_be_deleted(store: Store) -> None:
@@ -454,10 +445,10 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
     """Each bad value raises its specific error naming the value, and no table changes."""
     revision_id = _propose(store)
     store.record_apply(revision_id, "U0ANA")
-    before = (_counts(store), store.revision(revision_id))
+    before = (table_counts(store), store.revision(revision_id))
     with pytest.raises(error, match=re.escape(message)):
         call(store, revision_id)
     # The event-seq case records an operation first; only that row may be new.
-    counts, revision = _counts(store), store.revision(revision_id)
+    counts, revision = table_counts(store), store.revision(revision_id)
     counts["operations"] = before[0]["operations"]
     assert (counts, revision) == before
