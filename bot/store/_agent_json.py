@@ -77,7 +77,6 @@ class AgentOperation:
     created_at: datetime
     finished_at: datetime | None
     revision: int | None
-    rollback_of: int | None
     plan: PlanSummary | None
     failure: AgentFailure | None
 
@@ -213,7 +212,6 @@ def read_operation(page: Mapping[str, Any]) -> AgentOperation:
         created_at=_instant(_get(op, "created_at", str, where), f"{where}'s created_at"),
         finished_at=None if finished is None else _instant(finished, f"{where}'s finished_at"),
         revision=_optional(op, "revision", int, where),
-        rollback_of=_optional(op, "rollback_of", int, where),
         plan=None if plan is None else read_plan({"plan": plan}),
         failure=_failure(op.get("failure"), f"{where}'s failure"),
     )

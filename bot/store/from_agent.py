@@ -20,7 +20,10 @@ The rules:
 - ``rolled_back`` is a rollback, never a plain failure: the failed revision keeps its kind and
   lines and becomes ``rolled_back``, and a new revision (``rollback_of`` the failed one,
   ``returned_to`` the config the agent started again, with the agent's ids of both) records the
-  rollback's own start, ``ready`` with its figures.
+  rollback's own start, ``ready`` with its figures;
+- a rollback a person asked for (kind ``rollback``) is recorded as the revision the agent ran,
+  with its argv and ids, but not linked by ``rollback_of`` / ``returned_to``: the agent's answers
+  do not say which revision it returned to.
 
 Every answer is read whole before anything is written; an answer this kimi-ops cannot read
 raises :class:`~bot.errors.AgentError` and records nothing. Recording the same answer again
@@ -160,14 +163,16 @@ def _read_end(
 ) -> _End:
     final_data = events[-1].data if events else {}
     figures = start_figures(final_data)
-    if op.rollback_of is None:
-        return _End(figures, final_data, None)
+    # Whether the agent rolled back shows in its events, whatever the operation's kind: a
+    # rollback a person asked for also carries ``rollback_of``, and may fail with none.
     step = next((e for e in events if e.phase is EventPhase.ROLLING_BACK), None)
     if step is None:
-        raise AgentError(
-            f"the agent's operation {op.id} ended {op.state.value!r} after a rollback, but its "
-            "events have no 'rolling_back' step naming the revisions; pass every event (after=0)"
-        )
+        if op.state is OperationState.ROLLED_BACK:
+            raise AgentError(
+                f"the agent's operation {op.id} ended 'rolled_back', but its events have no "
+                "'rolling_back' step naming the revisions; pass every event (after=0)"
+            )
+        return _End(figures, final_data, None)
     target_id, rollback_id = step.data.get("target_revision"), step.data.get("revision")
     if not isinstance(target_id, int) or target_id not in agent_revisions:
         raise AgentError(

@@ -2,9 +2,10 @@
 
 Once per module, ``kimi-ops agent`` runs as a subprocess on the simulator (small two-GPU
 profile, SGLang 0.5.23 behaviour, process backend, no headroom) and is driven over real HTTP:
-resize to ``size 12`` (ready), ask for ``size 300`` (refused), resize to ``size 24``, which the
-planner lets through but SGLang 0.5.23 refuses at start (the host-memory ValueError), so the agent
-rolls back to ``size 12``. The answers it gave are then recorded in a migrated store.
+resize to ``size 24``, which the planner lets through but SGLang 0.5.23 refuses at start (the
+host-memory ValueError) with no earlier config to return to (failed); resize to ``size 12``
+(ready); ask for ``size 300`` (refused); resize to ``size 24`` again, which now rolls back to
+``size 12``. The answers it gave are then recorded in a migrated store.
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             run_agent(tmp, ["--config", str(config)], _agent_env(), settings.state_dir) as agent,
             httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
         ):
+            # No config has been ready yet, so this failure has nothing to roll back to.
+            first = {"kind": "resize", "size_gb": 24, "actor": "U0BEN"}
+            started = http.post("/v1/operations", json=first)
+            assert started.status_code == 202, started.text
+            out["failed"] = _follow(http, started.json()["id"])
             out["plan_12"] = http.post("/v1/plans", json={"size_gb": 12}).json()
             body = {"kind": "resize", "size_gb": 12, "actor": "U0ANA"}
             body["fingerprint"] = out["plan_12"]["fingerprint"]
@@ -80,6 +86,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             out["revisions"] = http.get("/v1/revisions").json()
     finally:
         make_control(settings).stop(grace_s=5)
+    assert out["failed"]["state"] == "failed", out["failed"]["events"][-1]
     assert out["ready"]["state"] == "ready", out["ready"]["events"][-1]
     assert out["rolled_back"]["state"] == "rolled_back", out["rolled_back"]["events"][-1]
     return out
@@ -168,6 +175,42 @@ def test_a_rolled_back_start_is_a_rollback_of_the_failed_revision(
     assert table_counts(store) == before
 
 
+def test_a_failure_with_nothing_to_roll_back_to_keeps_its_kind_lines_and_figures(
+    store: Store, answers: dict[str, Any]
+) -> None:
+    """A start that failed with no earlier config is recorded failed, with the agent's failure
+    kind, SGLang's decisive lines and the device pool it logged before dying."""
+    page = answers["failed"]
+    failure = page["operation"]["failure"]
+    recorded = record_agent_operation(store, HOST, page, answers["revisions"])
+    assert recorded.state is OperationState.FAILED
+    revision = store.revision(recorded.revision_id or 0)
+    assert revision.outcome is RevisionOutcome.FAILED
+    assert revision.failure_kind is FailureKind.HOST_MEMORY
+    assert revision.failure_lines == tuple(failure["lines"])
+    assert any("Not enough host memory available" in line for line in revision.failure_lines)
+    assert revision.device_tokens == failure["device_tokens"]
+    assert revision.startup_seconds is None
+    assert revision.command_line[-2:] == ("--hicache-size", "24")
+    assert store.revision_by_agent_id(HOST, page["operation"]["revision"]) == revision
+
+
+def test_a_failed_rollback_a_person_asked_for_is_a_plain_failure(
+    store: Store, answers: dict[str, Any]
+) -> None:
+    """A rollback operation carries ``rollback_of``; failing with no automatic rollback (no
+    'rolling_back' step) it is recorded failed with its kind, not refused as unreadable."""
+    page = answers["failed"]
+    asked = {**page, "operation": {**page["operation"], "kind": "rollback", "rollback_of": 1}}
+    recorded = record_agent_operation(store, HOST, asked, answers["revisions"])
+    assert (recorded.kind, recorded.state) == (OperationKind.ROLLBACK, OperationState.FAILED)
+    revision = store.revision(recorded.revision_id or 0)
+    assert (revision.outcome, revision.failure_kind) == (
+        RevisionOutcome.FAILED,
+        FailureKind.HOST_MEMORY,
+    )
+
+
 def test_the_rollback_target_is_recorded_when_the_store_never_saw_it(
     store: Store, answers: dict[str, Any]
 ) -> None:
@@ -225,11 +268,13 @@ def test_a_refused_plan_keeps_its_real_figures_and_verdict(
 def test_a_figure_the_planner_could_not_work_out_stays_unknown(
     store: Store, answers: dict[str, Any]
 ) -> None:
-    """With no device pool known, size 12's tokens per rank are None in the store, not 0."""
-    assert answers["plan_12"]["plan"]["per_rank_tokens"] is None
-    revision = record_agent_plan(store, HOST, answers["plan_12"], proposed_by="U0BEN")
+    """Before any start logged the device pool, size 24's tokens per rank are unknown to the
+    planner: None in the store, not 0, beside the GB it did work out."""
+    plan = answers["failed"]["operation"]["plan"]
+    assert plan["per_rank_tokens"] is None
+    revision = record_agent_plan(store, HOST, {"plan": plan}, proposed_by="U0BEN")
     assert revision.plan.per_rank_tokens is None
-    assert revision.plan.per_rank_gb == 12.0
+    assert (revision.plan.per_rank_gb, revision.plan.total_gb) == (24.0, 2 * 24.0)
 
 
 def test_pages_are_appended_by_seq_and_a_running_page_records_no_outcome(
