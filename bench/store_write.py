@@ -22,18 +22,19 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from bot.store import OperationEvent, Store, upgrade_to_head
+from bot.store import Store, StoredEvent, upgrade_to_head
+from bot.vocab import EventPhase
 
 T0 = datetime(2026, 2, 24, 11, 18, 37, tzinfo=UTC)
 
 
-def _event(seq: int) -> OperationEvent:
+def _event(seq: int) -> StoredEvent:
     # Shaped like the agent's loading-weights events: a phase, a line, a fraction, a little data.
     shard = seq % 64 + 1
-    return OperationEvent(
+    return StoredEvent(
         seq=seq,
         at=T0 + timedelta(milliseconds=250 * seq),
-        phase="loading_weights",
+        phase=EventPhase.LOAD_WEIGHTS,
         message=f"loading weights {shard}/64 shards",
         progress=shard / 64,
         data={"shard": shard, "shards": 64, "rank": seq % 8},
@@ -44,7 +45,7 @@ def _fresh_store(path: Path) -> tuple[Store, int]:
     url = f"sqlite:///{path}"
     upgrade_to_head(url)
     store = Store(url)
-    op = store.record_operation("kimi-01", f"bench-{path.stem}", "resize").id
+    op = store.record_operation("kimi-01", 1, "resize").id
     return store, op
 
 

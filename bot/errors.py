@@ -26,7 +26,8 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   └── AgentRejected ....... 4xx with a reason from the agent
     ├── StoreError .............. the database refused or failed a read or a write
     │   └── MigrationError ...... the schema cannot be brought to the expected revision
-    └── SimError ................ the simulator was given a profile or a setting it cannot use
+    ├── SimError ................ the simulator was given a profile or a setting it cannot use
+    └── DemoError ............... ``make demo``'s machine (agent, simulator) did not come up
 
 Messages name the value at fault and, where there is one, the fix:
 "hicache size '44.5' is not a whole number of GB; SGLang takes integers (try 44 or 45)."
@@ -44,6 +45,7 @@ __all__ = [
     "BackendError",
     "CommandLineError",
     "ConfigError",
+    "DemoError",
     "GpuProbeError",
     "GpusBusyError",
     "InputError",
@@ -176,3 +178,7 @@ class MigrationError(StoreError):
 
 class SimError(KimiOpsError):
     """The simulator was given a profile or a setting it cannot use."""
+
+
+class DemoError(KimiOpsError):
+    """``make demo``'s machine did not come up: the agent exited or never listened."""

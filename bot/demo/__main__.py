@@ -1,9 +1,10 @@
 """``make demo``: kimi-ops on one machine with no Slack and no GPU.
 
-A simulated SGLang server on the field notes' host (449 GB RAM, 8 GPUs, TP 8), an agent driving it
-with the process backend over real HTTP, and a migrated SQLite store; the script plays the on-call
-engineer and prints what Slack would show: bring the server up, refuse `--hicache-size 300`,
-propose and apply `ratio 4` with live progress, then the audit.
+A simulated SGLang server on a 449 GB, 8-GPU host serving Kimi-K2.5 at TP 8 (the deployment
+docs/sglang.md#host-pool-sizing works through), an agent driving it with the process backend over
+real HTTP, and a migrated SQLite store; the script plays the on-call engineer and prints what
+Slack would show: bring the server up, refuse `--hicache-size 300`, propose and apply `ratio 4`
+with live progress, then the audit, recorded through :mod:`bot.store.from_agent`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import httpx
 
 from bot.demo import _render as render
 from bot.demo._stack import DemoStack, demo_stack
-from bot.errors import KimiOpsError
-from bot.store import HiCacheSettings, Outcome, PlanSummary, Store
+from bot.errors import AgentRejected, KimiOpsError
+from bot.store import Store, record_agent_operation, record_agent_plan
 from bot.store._render import history_table
 
 HOST = "kimi-01"
@@ -52,50 +53,50 @@ def main(argv: list[str] | None = None) -> int:
 def _play(stack: DemoStack, client: httpx.Client) -> None:
     with Store(stack.db_url) as store:
         print(render.command("/kimi restart   (@ana starts the server: --hicache-size 48)"))
-        _run_operation(client, store, {"kind": "restart", "actor": "U0ANA"}, proposer="U0ANA")
+        _run_operation(client, store, {"kind": "restart", "actor": "U0ANA"})
 
         print(render.command("/kimi status"))
         print(render.status_card(_get(client, "/v1/status")))
 
         print(render.command("/kimi resize size 300   (@ben, reading --hicache-size as a total)"))
-        refused = _post(client, "/v1/plans", {"size_gb": 300})["plan"]
-        print(render.plan_card(refused, HOST))
-        revision = store.record_revision(
-            HOST, _settings(refused), _summary(refused), proposed_by="U0BEN", outcome="refused"
-        )
-        store.record_refusal("U0BEN", "resize size 300", refused["reason"], host=HOST,
+        refused = _post(client, "/v1/plans", {"size_gb": 300})
+        print(render.plan_card(refused["plan"], HOST))
+        revision = record_agent_plan(store, HOST, refused, proposed_by="U0BEN")
+        store.record_refusal("U0BEN", "resize size 300", refused["plan"]["reason"], host=HOST,
                              revision_id=revision.id)  # fmt: skip
 
         print(render.command("/kimi resize ratio 4   (@ben)"))
         answer = _post(client, "/v1/plans", {"ratio": 4})
         print(render.plan_card(answer["plan"], HOST))
+        proposal = record_agent_plan(store, HOST, answer, proposed_by="U0BEN")
         print(render.command("[Apply] clicked by @ana"))
         _run_operation(
             client,
             store,
             {"kind": "resize", "ratio": 4, "actor": "U0ANA", "fingerprint": answer["fingerprint"]},
-            proposer="U0BEN",
+            revision_id=proposal.id,
         )
 
         print(render.command("/kimi history"))
         print(history_table(store.history(HOST, 10)))
 
 
-def _run_operation(client: httpx.Client, store: Store, body: dict[str, Any], proposer: str) -> None:
+def _run_operation(
+    client: httpx.Client, store: Store, body: dict[str, Any], revision_id: int | None = None
+) -> None:
+    """Start an operation, show its progress, and record every page of it in the store."""
     response = client.post("/v1/operations", json=body)
     if response.status_code != 202:
-        raise KimiOpsError(f"the agent refused the operation: {response.json().get('detail')}")
+        detail = response.json().get("detail")
+        raise AgentRejected(
+            f"the agent refused the operation: {detail}", response.status_code, response.json()
+        )
     operation = response.json()["operation"]
-    plan = operation.get("plan") or {}
-    revision = store.record_revision(
-        HOST, _settings(plan, body), _summary(plan), proposed_by=proposer
-    )
-    store.record_apply(revision.id, body["actor"])
     print(f"  Operation {operation['id']}: {body['kind']} on {HOST} (applied by {body['actor']})")
-    started, after, state = time.monotonic(), 0, operation["state"]
-    final: dict[str, Any] = {}
+    started, after = time.monotonic(), 0
     shown: dict[str, Any] = {}
-    while state in ("running", "stalled", "rolling_back"):
+    final: dict[str, Any] = {}
+    while True:
         page = _get(client, f"/v1/operations/{operation['id']}", after=after, wait=30)
         for event in page["events"]:
             # Slack gets one edited message, throttled; the terminal gets a line per phase
@@ -104,40 +105,13 @@ def _run_operation(client: httpx.Client, store: Store, body: dict[str, Any], pro
                 print(render.progress_line(event, time.monotonic() - started))
                 shown = event
             final = event
-        after, state = page["last_seq"], page["state"]
-    data = final.get("data") or {}
-    outcome = Outcome.READY if state == "ready" else Outcome.FAILED
-    store.record_outcome(
-        revision.id,
-        outcome,
-        startup_seconds=data.get("startup_s"),
-        device_tokens=data.get("device_tokens"),
-        host_gb_per_rank=data.get("host_gb_per_rank"),
-        host_tokens_per_rank=data.get("host_tokens_per_rank"),
-    )
-    print(f"  => {state}: {final.get('message', '')}")
-
-
-def _settings(plan: dict[str, Any], body: dict[str, Any] | None = None) -> HiCacheSettings:
-    request = plan.get("request") or {}
-    ratio = request.get("ratio") if body is None else body.get("ratio", request.get("ratio"))
-    size = request.get("size_gb")
-    return HiCacheSettings(
-        enabled=True,
-        ratio=None if ratio is None else float(ratio),
-        size_gb=None if size is None else int(size),
-    )
-
-
-def _summary(plan: dict[str, Any]) -> PlanSummary:
-    return PlanSummary(
-        per_rank_gb=float(plan.get("per_rank_gb") or 0.0),
-        total_gb=float(plan.get("total_gb") or 0.0),
-        per_rank_tokens=int(plan.get("per_rank_tokens") or 0),
-        verdict=str(plan.get("verdict", "fits")),
-        reason=str(plan.get("reason", "")),
-        detail={k: v for k, v in plan.items() if isinstance(v, str | int | bool) or v is None},
-    )
+        recorded = record_agent_operation(
+            store, HOST, page, _get(client, "/v1/revisions"), revision_id=revision_id
+        )
+        after = page["last_seq"]
+        if recorded.finished_at is not None:
+            print(f"  => {page['state']}: {final.get('message', '')}")
+            return
 
 
 def _get(client: httpx.Client, path: str, **params: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from bot.errors import KimiOpsError
+from bot.errors import DemoError
 
 SIM_PROFILE = "kimi-k25-8gpu"
 TOKEN_ENV = "KIMI_DEMO_AGENT_TOKEN"
@@ -117,11 +117,11 @@ def _wait_for_address(addr_file: Path, agent: subprocess.Popen[bytes]) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if agent.poll() is not None:
-            raise KimiOpsError(f"the agent exited with status {agent.returncode}; see agent.log")
+            raise DemoError(f"the agent exited with status {agent.returncode}; see agent.log")
         if addr_file.exists() and addr_file.read_text().strip():
             return addr_file.read_text().strip()
         time.sleep(0.1)
-    raise KimiOpsError("the agent did not start listening within 30 s; see agent.log")
+    raise DemoError("the agent did not start listening within 30 s; see agent.log")
 
 
 def _stop_server(config: Path, env: dict[str, str]) -> None:

@@ -7,11 +7,15 @@ foreign keys on, busy timeout), PostgreSQL or any SQLAlchemy URL for teams::
     upgrade_to_head("sqlite:///kimi-ops.db")
     store = Store("sqlite:///kimi-ops.db")
     proposal = store.record_proposal("kimi-01", settings, plan, proposed_by="U1", ...)
+
+What a host agent reports goes in through :mod:`bot.store.from_agent`, the one mapping between
+the agent's answers and these records.
 """
 
 from __future__ import annotations
 
 from bot.store.config import DEFAULT_URL, StoreSettings, resolve_url
+from bot.store.from_agent import record_agent_operation, record_agent_plan
 from bot.store.migrate import (
     current_revision,
     downgrade,
@@ -23,16 +27,14 @@ from bot.store.migrate import (
 from bot.store.records import (
     FINAL_OUTCOMES,
     CapacitySample,
-    HiCacheSettings,
-    OperationEvent,
     OperationRecord,
-    Outcome,
     PlanSummary,
     ProposalRecord,
     RefusalRecord,
     ReportSchedule,
+    RevisionOutcome,
     RevisionRecord,
-    StartupDuration,
+    StoredEvent,
 )
 from bot.store.store import Store
 
@@ -40,22 +42,22 @@ __all__ = [
     "DEFAULT_URL",
     "FINAL_OUTCOMES",
     "CapacitySample",
-    "HiCacheSettings",
-    "OperationEvent",
     "OperationRecord",
-    "Outcome",
     "PlanSummary",
     "ProposalRecord",
     "RefusalRecord",
     "ReportSchedule",
+    "RevisionOutcome",
     "RevisionRecord",
-    "StartupDuration",
     "Store",
     "StoreSettings",
+    "StoredEvent",
     "current_revision",
     "downgrade",
     "ensure_at_head",
     "head_revision",
+    "record_agent_operation",
+    "record_agent_plan",
     "resolve_url",
     "upgrade",
     "upgrade_to_head",

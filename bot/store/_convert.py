@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.store._models import (
     CapacitySampleRow,
     OperationEventRow,
@@ -13,16 +15,16 @@ from bot.store._models import (
 )
 from bot.store.records import (
     CapacitySample,
-    HiCacheSettings,
-    OperationEvent,
     OperationRecord,
-    Outcome,
     PlanSummary,
     ProposalRecord,
     RefusalRecord,
     ReportSchedule,
+    RevisionOutcome,
     RevisionRecord,
+    StoredEvent,
 )
+from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
 
 __all__ = [
     "event_record",
@@ -39,19 +41,19 @@ def revision_record(row: RevisionRow) -> RevisionRecord:
     return RevisionRecord(
         id=row.id,
         host=row.host,
-        settings=HiCacheSettings(
+        settings=HiCacheSetting(
             enabled=row.hicache_enabled,
             ratio=row.hicache_ratio,
             size_gb=row.hicache_size_gb,
             write_policy=row.hicache_write_policy,
             io_backend=row.hicache_io_backend,
-            command_line=tuple(row.command_line),
         ),
+        command_line=tuple(row.command_line),
         plan=PlanSummary(
             per_rank_gb=row.plan_per_rank_gb,
             total_gb=row.plan_total_gb,
             per_rank_tokens=row.plan_per_rank_tokens,
-            verdict=row.plan_verdict,
+            verdict=Verdict(row.plan_verdict),
             reason=row.plan_reason,
             detail=row.plan,
         ),
@@ -60,15 +62,17 @@ def revision_record(row: RevisionRow) -> RevisionRecord:
         proposed_at=row.proposed_at,
         applied_at=row.applied_at,
         finished_at=row.finished_at,
-        outcome=Outcome(row.outcome),
+        outcome=RevisionOutcome(row.outcome),
         startup_seconds=row.startup_seconds,
         device_tokens=row.device_tokens,
         host_gb_per_rank=row.host_gb_per_rank,
         host_tokens_per_rank=row.host_tokens_per_rank,
-        failure_kind=row.failure_kind,
+        failure_kind=None if row.failure_kind is None else FailureKind(row.failure_kind),
         failure_lines=tuple(row.failure_lines),
         rollback_of=row.rollback_of,
         returned_to=row.returned_to,
+        agent_revision_id=row.agent_revision_id,
+        agent_returned_to=row.agent_returned_to,
     )
 
 
@@ -90,8 +94,8 @@ def operation_record(row: OperationRow) -> OperationRecord:
         id=row.id,
         agent_operation_id=row.agent_operation_id,
         host=row.host,
-        kind=row.kind,
-        state=row.state,
+        kind=OperationKind(row.kind),
+        state=OperationState(row.state),
         channel=row.channel,
         message_ts=row.message_ts,
         revision_id=row.revision_id,
@@ -101,11 +105,11 @@ def operation_record(row: OperationRow) -> OperationRecord:
     )
 
 
-def event_record(row: OperationEventRow) -> OperationEvent:
-    return OperationEvent(
+def event_record(row: OperationEventRow) -> StoredEvent:
+    return StoredEvent(
         seq=row.seq,
         at=row.at,
-        phase=row.phase,
+        phase=EventPhase(row.phase),
         message=row.message,
         progress=row.progress,
         data=row.data,

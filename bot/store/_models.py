@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from bot.store._types import UTCDateTime
-from bot.store.records import Outcome
+from bot.store.records import RevisionOutcome
 
 __all__ = [
     "NAMING_CONVENTION",
@@ -57,7 +57,7 @@ HOST = 255
 USER = 64
 CHANNEL = 64
 TS = 32
-_OUTCOMES = ", ".join(f"'{o.value}'" for o in Outcome)
+_OUTCOMES = ", ".join(f"'{o.value}'" for o in RevisionOutcome)
 
 
 class Base(DeclarativeBase):
@@ -76,9 +76,10 @@ class RevisionRow(Base):
     hicache_io_backend: Mapped[str | None] = mapped_column(String(64))
     command_line: Mapped[list[str]] = mapped_column(JSON)
     plan: Mapped[dict[str, Any]] = mapped_column(JSON)
-    plan_per_rank_gb: Mapped[float] = mapped_column(Double)
-    plan_total_gb: Mapped[float] = mapped_column(Double)
-    plan_per_rank_tokens: Mapped[int] = mapped_column(BigInteger)
+    # None where the planner could not work a figure out (never 0).
+    plan_per_rank_gb: Mapped[float | None] = mapped_column(Double)
+    plan_total_gb: Mapped[float | None] = mapped_column(Double)
+    plan_per_rank_tokens: Mapped[int | None] = mapped_column(BigInteger)
     plan_verdict: Mapped[str] = mapped_column(String(32))
     plan_reason: Mapped[str] = mapped_column(Text)
     proposed_by: Mapped[str | None] = mapped_column(String(USER))
@@ -95,9 +96,14 @@ class RevisionRow(Base):
     failure_lines: Mapped[list[str]] = mapped_column(JSON)
     rollback_of: Mapped[int | None] = mapped_column(ForeignKey("revisions.id", ondelete="RESTRICT"))
     returned_to: Mapped[int | None] = mapped_column(ForeignKey("revisions.id", ondelete="RESTRICT"))
+    # The host agent's own revision ids: this one, and for a rollback the one it returned to.
+    agent_revision_id: Mapped[int | None] = mapped_column(BigInteger)
+    agent_returned_to: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         CheckConstraint(f"outcome IN ({_OUTCOMES})", name="outcome"),
+        # revision_by_agent_id(host, id): the store's row for an agent's revision.
+        Index("ix_revisions_host_agent_revision_id", "host", "agent_revision_id"),
         # history(host, limit): newest first per host.
         Index("ix_revisions_host_proposed_at", "host", "proposed_at"),
         # last_ready_revision(host), startup_durations(host).
@@ -131,7 +137,7 @@ class OperationRow(Base):
     __tablename__ = "operations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    agent_operation_id: Mapped[str] = mapped_column(String(128))
+    agent_operation_id: Mapped[int] = mapped_column(BigInteger)
     host: Mapped[str] = mapped_column(String(HOST))
     kind: Mapped[str] = mapped_column(String(32))
     state: Mapped[str] = mapped_column(String(32))

@@ -21,7 +21,8 @@ from bot.store._base import StoreBase
 from bot.store._convert import event_record, operation_record
 from bot.store._models import CHANNEL, HOST, TS, OperationEventRow, OperationRow
 from bot.store._revisions import get_revision
-from bot.store.records import OperationEvent, OperationRecord
+from bot.store.records import OperationRecord, StoredEvent
+from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, OperationState
 
 __all__ = ["OperationsMixin"]
 
@@ -40,14 +41,14 @@ def _get_operation(session: Session, operation_id: object, *, lock: bool = False
 
 
 def _event_values(operation_id: int, event: object) -> dict[str, Any]:
-    if not isinstance(event, OperationEvent):
-        raise InputError(f"events must be OperationEvent values, not {type(event).__name__}")
+    if not isinstance(event, StoredEvent):
+        raise InputError(f"events must be StoredEvent values, not {type(event).__name__}")
     seq = v.count("event seq", event.seq, minimum=1, big=False)
     return {
         "operation_id": operation_id,
         "seq": seq,
         "at": v.instant(f"event {seq} time", event.at),
-        "phase": v.text(f"event {seq} phase", event.phase, 64),
+        "phase": v.member(f"event {seq} phase", EventPhase, event.phase).value,
         "message": v.free_text(f"event {seq} message", event.message),
         "progress": v.optional_finite(f"event {seq} progress", event.progress, minimum=0),
         "data": v.json_object(f"event {seq} data", event.data),
@@ -71,10 +72,10 @@ class OperationsMixin(StoreBase):
     def record_operation(
         self,
         host: str,
-        agent_operation_id: str,
-        kind: str,
+        agent_operation_id: int,
+        kind: OperationKind | str,
         *,
-        state: str = "running",
+        state: OperationState | str = OperationState.RUNNING,
         channel: str | None = None,
         message_ts: str | None = None,
         revision_id: int | None = None,
@@ -83,9 +84,9 @@ class OperationsMixin(StoreBase):
         """Record an operation the agent started; recording the same one again returns it as is."""
         values = {
             "host": v.text("host", host, HOST),
-            "agent_operation_id": v.text("agent operation id", agent_operation_id, 128),
-            "kind": v.text("operation kind", kind, 32),
-            "state": v.text("operation state", state, 32),
+            "agent_operation_id": v.count("agent operation id", agent_operation_id, minimum=1),
+            "kind": v.member("operation kind", OperationKind, kind).value,
+            "state": v.member("operation state", OperationState, state).value,
             "channel": v.optional_text("channel", channel, CHANNEL),
             "message_ts": v.optional_text("message ts", message_ts, TS),
         }
@@ -111,18 +112,18 @@ class OperationsMixin(StoreBase):
         self,
         operation_id: int,
         *,
-        state: str | None = None,
+        state: OperationState | str | None = None,
         channel: str | None = None,
         message_ts: str | None = None,
     ) -> OperationRecord:
         """Change an operation's state or the Slack message that shows it."""
-        new_state = v.optional_text("operation state", state, 32)
+        new_state = v.optional_member("operation state", OperationState, state)
         new_channel = v.optional_text("channel", channel, CHANNEL)
         new_ts = v.optional_text("message ts", message_ts, TS)
         with self._write("update an operation") as session:
             row = _get_operation(session, operation_id, lock=True)
             if new_state is not None:
-                row.state = new_state
+                row.state = new_state.value
             if new_channel is not None:
                 row.channel = new_channel
             if new_ts is not None:
@@ -130,18 +131,21 @@ class OperationsMixin(StoreBase):
             return operation_record(row)
 
     def finish_operation(
-        self, operation_id: int, state: str, at: datetime | None = None
+        self, operation_id: int, state: OperationState | str, at: datetime | None = None
     ) -> OperationRecord:
         """Mark an operation finished with its final state; finishing it again changes nothing."""
-        final = v.text("operation state", state, 32)
+        final = v.member("operation state", OperationState, state)
+        if final not in FINAL_OPERATION_STATES:
+            ends = ", ".join(sorted(s.value for s in FINAL_OPERATION_STATES))
+            raise InputError(f"operation state {final.value!r} is not final; use one of: {ends}")
         when = self._at(at)
         with self._write("finish an operation") as session:
             row = _get_operation(session, operation_id, lock=True)
             if row.finished_at is None:
-                row.state, row.finished_at = final, when
+                row.state, row.finished_at = final.value, when
             return operation_record(row)
 
-    def append_events(self, operation_id: int, events: Iterable[OperationEvent]) -> int:
+    def append_events(self, operation_id: int, events: Iterable[StoredEvent]) -> int:
         """Store a batch of events in one transaction; returns how many were new."""
         oid = v.count("operation id", operation_id, minimum=1)
         by_seq: dict[int, dict[str, Any]] = {}
@@ -166,7 +170,7 @@ class OperationsMixin(StoreBase):
             row.last_event_seq = max(row.last_event_seq, max(by_seq))
             return len(new)
 
-    def operation_events(self, operation_id: int, after_seq: int = 0) -> list[OperationEvent]:
+    def operation_events(self, operation_id: int, after_seq: int = 0) -> list[StoredEvent]:
         """The operation's events with ``seq > after_seq``, in order."""
         oid = v.count("operation id", operation_id, minimum=1)
         after = v.count("after seq", after_seq, big=False)
@@ -188,9 +192,10 @@ class OperationsMixin(StoreBase):
         with self._read("read an operation") as session:
             return operation_record(_get_operation(session, operation_id))
 
-    def operation_by_agent_id(self, host: str, agent_operation_id: str) -> OperationRecord | None:
+    def operation_by_agent_id(self, host: str, agent_operation_id: int) -> OperationRecord | None:
+        """The store's record of the host agent's operation ``agent_operation_id``, if any."""
         name = v.text("host", host, HOST)
-        agent_id = v.text("agent operation id", agent_operation_id, 128)
+        agent_id = v.count("agent operation id", agent_operation_id, minimum=1)
         with self._read("read an operation") as session:
             row = session.scalars(
                 select(OperationRow).where(

@@ -32,7 +32,7 @@ COLUMNS: tuple[tuple[str, Callable[[RevisionRecord], Any]], ...] = (
     ("hicache_size_gb", lambda r: r.settings.size_gb),
     ("hicache_write_policy", lambda r: r.settings.write_policy),
     ("hicache_io_backend", lambda r: r.settings.io_backend),
-    ("command_line", lambda r: list(r.settings.command_line)),
+    ("command_line", lambda r: list(r.command_line)),
     ("plan_per_rank_gb", lambda r: r.plan.per_rank_gb),
     ("plan_total_gb", lambda r: r.plan.total_gb),
     ("plan_per_rank_tokens", lambda r: r.plan.per_rank_tokens),
@@ -43,10 +43,12 @@ COLUMNS: tuple[tuple[str, Callable[[RevisionRecord], Any]], ...] = (
     ("device_tokens", lambda r: r.device_tokens),
     ("host_gb_per_rank", lambda r: r.host_gb_per_rank),
     ("host_tokens_per_rank", lambda r: r.host_tokens_per_rank),
-    ("failure_kind", lambda r: r.failure_kind),
+    ("failure_kind", lambda r: None if r.failure_kind is None else r.failure_kind.value),
     ("failure_lines", lambda r: list(r.failure_lines)),
     ("rollback_of", lambda r: r.rollback_of),
     ("returned_to", lambda r: r.returned_to),
+    ("agent_revision_id", lambda r: r.agent_revision_id),
+    ("agent_returned_to", lambda r: r.agent_returned_to),
 )
 
 

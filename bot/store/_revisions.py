@@ -17,31 +17,42 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.errors import InputError, NotFound
+from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record, revision_record
 from bot.store._models import CHANNEL, HOST, TS, USER, ProposalRow, RevisionRow
 from bot.store.records import (
     FINAL_OUTCOMES,
-    HiCacheSettings,
-    Outcome,
     PlanSummary,
     ProposalRecord,
+    RevisionOutcome,
     RevisionRecord,
-    StartupDuration,
 )
+from bot.vocab import FailureKind
 
 __all__ = ["RevisionsMixin", "get_revision"]
 
-_NEXT: dict[Outcome, frozenset[Outcome]] = {
-    Outcome.PROPOSED: frozenset(
-        {Outcome.CANCELLED, Outcome.EXPIRED, Outcome.REFUSED, Outcome.APPLIED}
+_NEXT: dict[RevisionOutcome, frozenset[RevisionOutcome]] = {
+    RevisionOutcome.PROPOSED: frozenset(
+        {
+            RevisionOutcome.CANCELLED,
+            RevisionOutcome.EXPIRED,
+            RevisionOutcome.REFUSED,
+            RevisionOutcome.APPLIED,
+        }
     ),
-    Outcome.APPLIED: frozenset(
-        {Outcome.READY, Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.REFUSED}
+    RevisionOutcome.APPLIED: frozenset(
+        {
+            RevisionOutcome.READY,
+            RevisionOutcome.FAILED,
+            RevisionOutcome.ROLLED_BACK,
+            RevisionOutcome.REFUSED,
+        }
     ),
-    Outcome.READY: frozenset({Outcome.ROLLED_BACK}),
-    Outcome.FAILED: frozenset({Outcome.ROLLED_BACK}),
+    RevisionOutcome.READY: frozenset({RevisionOutcome.ROLLED_BACK}),
+    RevisionOutcome.FAILED: frozenset({RevisionOutcome.ROLLED_BACK}),
 }
 
 
@@ -56,8 +67,8 @@ def get_revision(session: Session, revision_id: object, *, lock: bool = False) -
     return row
 
 
-def _check_transition(row: RevisionRow, target: Outcome) -> None:
-    current = Outcome(row.outcome)
+def _check_transition(row: RevisionRow, target: RevisionOutcome) -> None:
+    current = RevisionOutcome(row.outcome)
     allowed = _NEXT.get(current, frozenset())
     if target not in allowed:
         options = ", ".join(sorted(o.value for o in allowed)) or "nothing (it is final)"
@@ -67,9 +78,9 @@ def _check_transition(row: RevisionRow, target: Outcome) -> None:
         )
 
 
-def _settings_columns(settings: HiCacheSettings) -> dict[str, Any]:
-    if not isinstance(settings, HiCacheSettings):
-        raise InputError(f"settings must be a HiCacheSettings, not {type(settings).__name__}")
+def _settings_columns(settings: HiCacheSetting) -> dict[str, Any]:
+    if not isinstance(settings, HiCacheSetting):
+        raise InputError(f"settings must be a HiCacheSetting, not {type(settings).__name__}")
     if not isinstance(settings.enabled, bool):
         raise InputError(f"settings.enabled must be true or false, not {settings.enabled!r}")
     return {
@@ -78,7 +89,6 @@ def _settings_columns(settings: HiCacheSettings) -> dict[str, Any]:
         "hicache_size_gb": v.optional_count("hicache size (GB)", settings.size_gb, big=False),
         "hicache_write_policy": v.optional_text("write policy", settings.write_policy, 64),
         "hicache_io_backend": v.optional_text("io backend", settings.io_backend, 64),
-        "command_line": v.text_list("command line", settings.command_line),
     }
 
 
@@ -87,10 +97,10 @@ def _plan_columns(plan: PlanSummary) -> dict[str, Any]:
         raise InputError(f"plan must be a PlanSummary, not {type(plan).__name__}")
     return {
         "plan": v.json_object("plan detail", plan.detail),
-        "plan_per_rank_gb": v.finite("plan per-rank GB", plan.per_rank_gb, minimum=0),
-        "plan_total_gb": v.finite("plan total GB", plan.total_gb, minimum=0),
-        "plan_per_rank_tokens": v.count("plan per-rank tokens", plan.per_rank_tokens),
-        "plan_verdict": v.text("plan verdict", plan.verdict, 32),
+        "plan_per_rank_gb": v.optional_finite("plan per-rank GB", plan.per_rank_gb, minimum=0),
+        "plan_total_gb": v.optional_finite("plan total GB", plan.total_gb, minimum=0),
+        "plan_per_rank_tokens": v.optional_count("plan per-rank tokens", plan.per_rank_tokens),
+        "plan_verdict": v.member("plan verdict", Verdict, plan.verdict).value,
         "plan_reason": v.free_text("plan reason", plan.reason),
     }
 
@@ -99,27 +109,30 @@ class RevisionsMixin(StoreBase):
     def record_revision(
         self,
         host: str,
-        settings: HiCacheSettings,
+        settings: HiCacheSetting,
         plan: PlanSummary,
         *,
         proposed_by: str | None,
-        outcome: Outcome | str = Outcome.PROPOSED,
+        outcome: RevisionOutcome | str = RevisionOutcome.PROPOSED,
         at: datetime | None = None,
         rollback_of: int | None = None,
         returned_to: int | None = None,
+        command_line: Iterable[str] = (),
     ) -> RevisionRecord:
         """Record a configuration asked for (``proposed``, or ``refused`` straight away)."""
-        start = v.outcome(outcome)
-        if start not in (Outcome.PROPOSED, Outcome.REFUSED):
+        start = v.member("outcome", RevisionOutcome, outcome)
+        if start not in (RevisionOutcome.PROPOSED, RevisionOutcome.REFUSED):
             raise InputError(
                 f"a new revision starts 'proposed' or 'refused', not {start.value!r}; "
                 "record_apply and record_outcome move it on"
             )
+        argv = v.text_list("command line", command_line)
         when = self._at(at)
         with self._write("record a revision") as session:
             row = self._new_revision(
                 session, host, settings, plan, proposed_by, when, rollback_of, returned_to
             )
+            row.command_line = argv
             row.outcome = start.value
             row.finished_at = when if start in FINAL_OUTCOMES else None
             session.flush()
@@ -129,7 +142,7 @@ class RevisionsMixin(StoreBase):
         self,
         session: Session,
         host: str,
-        settings: HiCacheSettings,
+        settings: HiCacheSetting,
         plan: PlanSummary,
         proposed_by: str | None,
         when: datetime,
@@ -142,7 +155,8 @@ class RevisionsMixin(StoreBase):
             **_plan_columns(plan),
             proposed_by=v.optional_text("proposed by (Slack user id)", proposed_by, USER),
             proposed_at=when,
-            outcome=Outcome.PROPOSED.value,
+            outcome=RevisionOutcome.PROPOSED.value,
+            command_line=[],
             failure_lines=[],
         )
         for name, ref in (("rollback_of", rollback_of), ("returned_to", returned_to)):
@@ -160,7 +174,7 @@ class RevisionsMixin(StoreBase):
     def record_proposal(
         self,
         host: str,
-        settings: HiCacheSettings,
+        settings: HiCacheSetting,
         plan: PlanSummary,
         *,
         proposed_by: str,
@@ -171,8 +185,11 @@ class RevisionsMixin(StoreBase):
         message_ts: str | None = None,
         at: datetime | None = None,
         returned_to: int | None = None,
+        command_line: Iterable[str] = (),
     ) -> ProposalRecord:
-        """Record a proposal shown in Slack and its revision (``proposed``), in one transaction."""
+        """Record a proposal shown in Slack and its revision (``proposed``), in one transaction.
+
+        ``command_line`` is the argv the change would run, when already known."""
         when = self._at(at)
         expiry = v.instant("expires_at", expires_at)
         if expiry <= when:
@@ -187,10 +204,12 @@ class RevisionsMixin(StoreBase):
             "requested": v.json_object("requested change", requested),
         }
         v.text("proposed by (Slack user id)", proposed_by, USER)
+        argv = v.text_list("command line", command_line)
         with self._write("record a proposal") as session:
             revision = self._new_revision(
                 session, host, settings, plan, proposed_by, when, None, returned_to
             )
+            revision.command_line = argv
             session.flush()
             row = ProposalRow(revision_id=revision.id, expires_at=expiry, created_at=when, **values)
             session.add(row)
@@ -205,23 +224,23 @@ class RevisionsMixin(StoreBase):
         when = self._at(at)
         with self._write("record an apply") as session:
             row = get_revision(session, revision_id, lock=True)
-            if row.outcome == Outcome.APPLIED.value:
+            if row.outcome == RevisionOutcome.APPLIED.value:
                 return revision_record(row)
-            _check_transition(row, Outcome.APPLIED)
-            row.outcome, row.applied_by, row.applied_at = Outcome.APPLIED.value, who, when
+            _check_transition(row, RevisionOutcome.APPLIED)
+            row.outcome, row.applied_by, row.applied_at = RevisionOutcome.APPLIED.value, who, when
             return revision_record(row)
 
     def record_outcome(
         self,
         revision_id: int,
-        outcome: Outcome | str,
+        outcome: RevisionOutcome | str,
         *,
         at: datetime | None = None,
         startup_seconds: float | None = None,
         device_tokens: int | None = None,
         host_gb_per_rank: float | None = None,
         host_tokens_per_rank: int | None = None,
-        failure_kind: str | None = None,
+        failure_kind: FailureKind | str | None = None,
         failure_lines: Iterable[str] = (),
     ) -> RevisionRecord:
         """Record where a revision ended: cancelled, expired, refused, ready, failed, rolled_back.
@@ -229,8 +248,8 @@ class RevisionsMixin(StoreBase):
         Figures reached (startup seconds, device tokens, host GB and tokens per rank) go with
         ``ready`` or ``failed``; the failure kind and its decisive log lines with ``failed``.
         """
-        target = v.outcome(outcome)
-        if target in (Outcome.PROPOSED, Outcome.APPLIED):
+        target = v.member("outcome", RevisionOutcome, outcome)
+        if target in (RevisionOutcome.PROPOSED, RevisionOutcome.APPLIED):
             raise InputError(
                 f"outcome {target.value!r} is not an end; use record_revision / record_apply"
             )
@@ -240,15 +259,15 @@ class RevisionsMixin(StoreBase):
             "host_gb_per_rank": v.optional_finite("host GB per rank", host_gb_per_rank, 0),
             "host_tokens_per_rank": v.optional_count("host tokens per rank", host_tokens_per_rank),
         }
-        kind = v.optional_text("failure kind", failure_kind, 64)
+        kind = v.optional_member("failure kind", FailureKind, failure_kind)
         lines = v.text_list("failure lines", failure_lines)
-        if target not in (Outcome.READY, Outcome.FAILED) and any(
+        if target not in (RevisionOutcome.READY, RevisionOutcome.FAILED) and any(
             value is not None for value in figures.values()
         ):
             raise InputError(
                 f"startup figures belong to a 'ready' or 'failed' outcome, not {target.value!r}"
             )
-        if target is not Outcome.FAILED and (kind is not None or lines):
+        if target is not RevisionOutcome.FAILED and (kind is not None or lines):
             raise InputError(f"a failure kind and lines belong to 'failed', not {target.value!r}")
         when = self._at(at)
         with self._write("record an outcome") as session:
@@ -258,13 +277,14 @@ class RevisionsMixin(StoreBase):
             _check_transition(row, target)
             row.outcome = target.value
             # A rollback keeps the time the revision's own start ended, if it had one.
-            if target is not Outcome.ROLLED_BACK or row.finished_at is None:
+            if target is not RevisionOutcome.ROLLED_BACK or row.finished_at is None:
                 row.finished_at = when
             for name, value in figures.items():
                 if value is not None:
                     setattr(row, name, value)
-            if target is Outcome.FAILED:
-                row.failure_kind, row.failure_lines = kind, lines
+            if target is RevisionOutcome.FAILED:
+                row.failure_kind = None if kind is None else kind.value
+                row.failure_lines = lines
             return revision_record(row)
 
     def record_rollback(
@@ -274,11 +294,15 @@ class RevisionsMixin(StoreBase):
         *,
         applied_by: str | None = None,
         at: datetime | None = None,
+        agent_revision_id: int | None = None,
     ) -> RevisionRecord:
         """The host returns to ``returned_to``'s config after ``rollback_of``: one transaction
         marks ``rollback_of`` rolled back and records the rollback as a new ``applied`` revision
-        (settings and plan copied from ``returned_to``; ``applied_by`` None: the agent did it)."""
+        (settings, command line and plan copied from ``returned_to``; ``applied_by`` None: the
+        agent did it). ``agent_revision_id`` is the agent's id of the rollback's own start; its
+        ``agent_returned_to`` is ``returned_to``'s agent id."""
         who = v.optional_text("applied by (Slack user id)", applied_by, USER)
+        agent_id = v.optional_count("agent revision id", agent_revision_id, minimum=1)
         when = self._at(at)
         with self._write("record a rollback") as session:
             undone = get_revision(session, rollback_of, lock=True)
@@ -290,14 +314,17 @@ class RevisionsMixin(StoreBase):
                 )
             if source.id == undone.id:
                 raise InputError(f"revision {undone.id} cannot be rolled back to itself")
-            if Outcome(source.outcome) not in (Outcome.READY, Outcome.ROLLED_BACK):
+            if RevisionOutcome(source.outcome) not in (
+                RevisionOutcome.READY,
+                RevisionOutcome.ROLLED_BACK,
+            ):
                 raise InputError(
                     f"revision {source.id} is {source.outcome!r}; a rollback returns to a config "
                     "that ran (ready, or rolled back since)"
                 )
-            if undone.outcome != Outcome.ROLLED_BACK.value:
-                _check_transition(undone, Outcome.ROLLED_BACK)
-                undone.outcome = Outcome.ROLLED_BACK.value
+            if undone.outcome != RevisionOutcome.ROLLED_BACK.value:
+                _check_transition(undone, RevisionOutcome.ROLLED_BACK)
+                undone.outcome = RevisionOutcome.ROLLED_BACK.value
                 undone.finished_at = undone.finished_at or when
             row = RevisionRow(
                 host=undone.host,
@@ -306,74 +333,38 @@ class RevisionsMixin(StoreBase):
                 applied_by=who,
                 proposed_at=when,
                 applied_at=when,
-                outcome=Outcome.APPLIED.value,
+                outcome=RevisionOutcome.APPLIED.value,
                 failure_lines=[],
                 rollback_of=undone.id,
                 returned_to=source.id,
+                agent_revision_id=agent_id,
+                agent_returned_to=source.agent_revision_id,
             )
             session.add(row)
             session.flush()
             return revision_record(row)
 
-    def revision(self, revision_id: int) -> RevisionRecord:
-        with self._read("read a revision") as session:
-            return revision_record(get_revision(session, revision_id))
-
-    def history(self, host: str | None = None, limit: int = 20) -> list[RevisionRecord]:
-        """Revisions newest first (all hosts when ``host`` is None)."""
-        count = v.count("history limit", limit, minimum=1)
-        query = select(RevisionRow)
-        if host is not None:
-            query = query.where(RevisionRow.host == v.text("host", host, HOST))
-        query = query.order_by(RevisionRow.proposed_at.desc(), RevisionRow.id.desc()).limit(count)
-        with self._read("read the history") as session:
-            return [revision_record(row) for row in session.scalars(query)]
-
-    def last_ready_revision(self, host: str) -> RevisionRecord | None:
-        """The config a rollback returns to by default: the newest one that became ready."""
-        name = v.text("host", host, HOST)
-        with self._read("read the last ready revision") as session:
-            row = session.scalars(
-                select(RevisionRow)
-                .where(RevisionRow.host == name, RevisionRow.outcome == Outcome.READY.value)
-                .order_by(RevisionRow.finished_at.desc(), RevisionRow.id.desc())
-                .limit(1)
-            ).one_or_none()
-            return None if row is None else revision_record(row)
-
-    def startup_durations(self, host: str, limit: int = 50) -> list[StartupDuration]:
-        """Starts of ``host`` that became ready, newest first, for the ETA of the next one."""
-        name = v.text("host", host, HOST)
-        count = v.count("limit", limit, minimum=1)
-        query = (
-            select(RevisionRow)
-            .where(
-                RevisionRow.host == name,
-                RevisionRow.outcome.in_([Outcome.READY.value, Outcome.ROLLED_BACK.value]),
-                RevisionRow.startup_seconds.is_not(None),
-                RevisionRow.failure_kind.is_(None),
-                RevisionRow.finished_at.is_not(None),
-            )
-            .order_by(RevisionRow.finished_at.desc(), RevisionRow.id.desc())
-            .limit(count)
-        )
-        with self._read("read startup durations") as session:
-            return [
-                StartupDuration(
-                    revision_id=row.id,
-                    finished_at=row.finished_at,  # type: ignore[arg-type]  # filtered above
-                    seconds=row.startup_seconds,  # type: ignore[arg-type]
-                    host_gb_per_rank=(
-                        row.host_gb_per_rank
-                        if row.host_gb_per_rank is not None
-                        else row.plan_per_rank_gb
-                    ),
+    def record_agent_revision(
+        self, revision_id: int, agent_revision_id: int, command_line: Iterable[str]
+    ) -> RevisionRecord:
+        """The agent accepted the revision as its own revision ``agent_revision_id`` and wrote
+        ``command_line`` for it. Recording the same again is a no-op; another id is refused."""
+        agent_id = v.count("agent revision id", agent_revision_id, minimum=1)
+        argv = v.text_list("command line", command_line)
+        if not argv:
+            raise InputError("the agent's command line is empty; give the argv it wrote")
+        with self._write("record an agent revision") as session:
+            row = get_revision(session, revision_id, lock=True)
+            if row.agent_revision_id not in (None, agent_id):
+                raise InputError(
+                    f"revision {row.id} is already the agent's revision {row.agent_revision_id}, "
+                    f"not {agent_id}; one store revision stands for one start"
                 )
-                for row in session.scalars(query)
-            ]
+            row.agent_revision_id, row.command_line = agent_id, argv
+            return revision_record(row)
 
 
 # The columns a rollback copies from the revision it returns to: exactly those the two column
 # builders above write, so a column added there is copied too.
-_COPIED_SETTINGS = tuple(_settings_columns(HiCacheSettings(enabled=False)))
-_COPIED_PLAN = tuple(_plan_columns(PlanSummary(0.0, 0.0, 0, "fits", "")))
+_COPIED_SETTINGS = (*_settings_columns(HiCacheSetting(enabled=False)), "command_line")
+_COPIED_PLAN = tuple(_plan_columns(PlanSummary(None, None, None, Verdict.FITS, "")))

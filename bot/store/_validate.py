@@ -12,10 +12,10 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from bot.errors import InputError
-from bot.store.records import Outcome
 
 __all__ = [
     "count",
@@ -24,10 +24,11 @@ __all__ = [
     "instant",
     "json_list",
     "json_object",
+    "member",
     "optional_count",
     "optional_finite",
+    "optional_member",
     "optional_text",
-    "outcome",
     "text",
     "text_list",
 ]
@@ -171,11 +172,20 @@ def _check_keys(name: str, value: object) -> None:
             _check_keys(f"{name}[{i}]", item)
 
 
-def outcome(value: object) -> Outcome:
-    try:
-        if not isinstance(value, str):
-            raise ValueError(value)
-        return Outcome(value)
-    except ValueError:
-        known = ", ".join(o.value for o in Outcome)
-        raise InputError(f"outcome {_shown(value)} is not known; use one of: {known}") from None
+_Member = TypeVar("_Member", bound=StrEnum)
+
+
+def member(name: str, kind: type[_Member], value: object) -> _Member:
+    """A member of the ``StrEnum`` ``kind`` (:mod:`bot.vocab`'s lists), given as itself or its
+    value: the one spelling each state or kind has."""
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    known = ", ".join(m.value for m in kind)
+    raise InputError(f"{name} {_shown(value)} is not known; use one of: {known}")
+
+
+def optional_member(name: str, kind: type[_Member], value: object) -> _Member | None:
+    return None if value is None else member(name, kind, value)

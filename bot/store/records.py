@@ -13,24 +13,31 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
+from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
+
 __all__ = [
     "FINAL_OUTCOMES",
     "CapacitySample",
-    "HiCacheSettings",
-    "OperationEvent",
     "OperationRecord",
-    "Outcome",
     "PlanSummary",
     "ProposalRecord",
     "RefusalRecord",
     "ReportSchedule",
+    "RevisionOutcome",
     "RevisionRecord",
-    "StartupDuration",
+    "StoredEvent",
 ]
 
 
-class Outcome(StrEnum):
-    """Where a revision (one configuration someone asked for) ended up."""
+class RevisionOutcome(StrEnum):
+    """Where a revision (one configuration someone asked for) ended up: the audit's own list.
+
+    Defined here, not in :mod:`bot.vocab`: the agent's revisions record one start each
+    (pending, ready, failed), while an audited revision also lives through Slack before any start
+    (proposed, cancelled, expired, refused) and can be undone later (rolled_back).
+    """
 
     PROPOSED = "proposed"  # shown in Slack with Apply/Cancel, nobody clicked yet
     CANCELLED = "cancelled"  # someone clicked Cancel
@@ -43,65 +50,67 @@ class Outcome(StrEnum):
 
 
 # Outcomes after which a revision's figures no longer change (``finished_at`` is set).
-FINAL_OUTCOMES: frozenset[Outcome] = frozenset(
-    {Outcome.CANCELLED, Outcome.EXPIRED, Outcome.REFUSED, Outcome.READY, Outcome.FAILED}
-    | {Outcome.ROLLED_BACK}
+FINAL_OUTCOMES: frozenset[RevisionOutcome] = frozenset(
+    {
+        RevisionOutcome.CANCELLED,
+        RevisionOutcome.EXPIRED,
+        RevisionOutcome.REFUSED,
+        RevisionOutcome.READY,
+        RevisionOutcome.FAILED,
+        RevisionOutcome.ROLLED_BACK,
+    }
 )
-
-
-@dataclass(frozen=True)
-class HiCacheSettings:
-    """The HiCache part of a server configuration, and the whole command line it came from.
-
-    ``size_gb`` (whole GB = 1e9 bytes per rank) wins over ``ratio`` when both are set, as in
-    SGLang; both are kept as written so the audit shows exactly what ran.
-    """
-
-    enabled: bool
-    ratio: float | None = None
-    size_gb: int | None = None
-    write_policy: str | None = None
-    io_backend: str | None = None
-    command_line: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class PlanSummary:
     """The planner's figures at proposal time: the key numbers as columns, the whole plan as JSON.
 
+    A figure the planner could not work out is None, never 0 (a ratio refused for want of the
+    device pool's size has no GB; a size without a known KV size per token has no token count).
     ``detail`` is the full Plan as a JSON-able mapping (finite numbers, strings, lists, dicts).
     """
 
-    per_rank_gb: float
-    total_gb: float
-    per_rank_tokens: int
-    verdict: str
+    per_rank_gb: float | None
+    total_gb: float | None
+    per_rank_tokens: int | None
+    verdict: Verdict
     reason: str
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class RevisionRecord:
-    """One configuration asked for on one host, from proposal to its outcome: the audit row."""
+    """One configuration asked for on one host, from proposal to its outcome: the audit row.
+
+    ``settings`` are the HiCache flags as written: a size wins over a ratio, as in SGLang
+    (docs/sglang.md#host-pool-sizing), and both are kept so the audit shows exactly what ran.
+    ``command_line`` is the whole argv the agent wrote for it (empty when the revision never
+    reached an agent). ``agent_revision_id`` and ``agent_returned_to`` are the host agent's own
+    revision ids (None when not recorded).
+    """
 
     id: int
     host: str
-    settings: HiCacheSettings
+    settings: HiCacheSetting
+    command_line: tuple[str, ...]
     plan: PlanSummary
     proposed_by: str | None
     applied_by: str | None
     proposed_at: datetime
     applied_at: datetime | None
     finished_at: datetime | None
-    outcome: Outcome
+    outcome: RevisionOutcome
     startup_seconds: float | None
     device_tokens: int | None
     host_gb_per_rank: float | None
     host_tokens_per_rank: int | None
-    failure_kind: str | None
+    failure_kind: FailureKind | None
     failure_lines: tuple[str, ...]
     rollback_of: int | None
     returned_to: int | None
+    agent_revision_id: int | None
+    agent_returned_to: int | None
 
 
 @dataclass(frozen=True)
@@ -120,13 +129,16 @@ class ProposalRecord:
 
 @dataclass(frozen=True)
 class OperationRecord:
-    """An operation run by an agent (resize, restart, rollback) and the Slack message showing it."""
+    """An operation run by an agent (resize, restart, rollback) and the Slack message showing it.
+
+    ``agent_operation_id`` is the agent's own id for it (``GET /v1/operations/{id}``).
+    """
 
     id: int
-    agent_operation_id: str
+    agent_operation_id: int
     host: str
-    kind: str
-    state: str
+    kind: OperationKind
+    state: OperationState
     channel: str | None
     message_ts: str | None
     revision_id: int | None
@@ -136,12 +148,13 @@ class OperationRecord:
 
 
 @dataclass(frozen=True)
-class OperationEvent:
-    """One progress event of an operation, as the agent published it (``seq`` counts from 1)."""
+class StoredEvent:
+    """The store's copy of one progress event of an operation, as the agent published it
+    (``seq`` counts from 1; ``at`` is a datetime here, the agent's JSON has ISO text)."""
 
     seq: int
     at: datetime
-    phase: str
+    phase: EventPhase
     message: str
     progress: float | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
@@ -195,16 +208,3 @@ class ReportSchedule:
     created_by: str
     created_at: datetime
     enabled: bool
-
-
-@dataclass(frozen=True)
-class StartupDuration:
-    """How long one start of a host took to become ready, and the host pool per rank it pinned.
-
-    ``host_gb_per_rank`` is the size reached (from the log) when known, else the planned one.
-    """
-
-    revision_id: int
-    finished_at: datetime
-    seconds: float
-    host_gb_per_rank: float

@@ -14,12 +14,20 @@ from bot.store._capacity import CapacityMixin
 from bot.store._operations import OperationsMixin
 from bot.store._proposals import ProposalsMixin
 from bot.store._refusals import RefusalsMixin
+from bot.store._revision_reads import RevisionReadsMixin
 from bot.store._revisions import RevisionsMixin
 
 __all__ = ["Store"]
 
 
-class Store(RevisionsMixin, ProposalsMixin, OperationsMixin, RefusalsMixin, CapacityMixin):
+class Store(
+    RevisionsMixin,
+    RevisionReadsMixin,
+    ProposalsMixin,
+    OperationsMixin,
+    RefusalsMixin,
+    CapacityMixin,
+):
     """Repository of revisions, proposals, operations, refusals, capacity samples, schedules."""
 
     def __enter__(self) -> Store:

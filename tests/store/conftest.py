@@ -21,9 +21,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, func, select, text
 
 from bot.store import Store, upgrade_to_head
+from bot.store._models import Base
 
 PG_TOOLS = ("postgres", "initdb", "pg_ctl")
 
@@ -126,6 +127,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'kimi-ops.db'}"
     cluster: PgCluster = request.getfixturevalue("pg_cluster")
     return cluster.new_database()
+
+
+def table_counts(store: Store) -> dict[str, int]:
+    """Rows per table: what a refused write must leave as it was."""
+    with store.engine.connect() as conn:
+        return {
+            table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
+            for table in Base.metadata.sorted_tables
+        }
 
 
 @pytest.fixture

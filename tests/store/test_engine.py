@@ -10,14 +10,15 @@ import pytest
 
 from bot.db import make_engine
 from bot.errors import InputError
+from bot.hicache import HiCacheSetting
 from bot.store import (
     CapacitySample,
-    HiCacheSettings,
-    OperationEvent,
     PlanSummary,
     Store,
+    StoredEvent,
     upgrade_to_head,
 )
+from bot.vocab import EventPhase
 
 THREADS = 8
 WRITES = 500
@@ -31,7 +32,7 @@ def test_eight_threads_writing_one_sqlite_file_lose_nothing(tmp_path: Path) -> N
     errors: list[BaseException] = []
     start = threading.Barrier(THREADS)
     with Store(url) as store:
-        ops = [store.record_operation("kimi-01", f"op-{n}", "resize").id for n in range(3)]
+        ops = [store.record_operation("kimi-01", n, "resize").id for n in range(1, 4)]
 
         def scheduler() -> None:
             for i in range(WRITES):
@@ -41,7 +42,7 @@ def test_eight_threads_writing_one_sqlite_file_lose_nothing(tmp_path: Path) -> N
 
         def events(op_id: int) -> None:
             for seq in range(1, WRITES + 1):
-                store.append_events(op_id, [OperationEvent(seq, T0, "loading_weights", "x")])
+                store.append_events(op_id, [StoredEvent(seq, T0, EventPhase.LOAD_WEIGHTS, "x")])
 
         def refusals(worker: int) -> None:
             for i in range(WRITES):
@@ -52,7 +53,7 @@ def test_eight_threads_writing_one_sqlite_file_lose_nothing(tmp_path: Path) -> N
             for i in range(WRITES // 2):
                 store.history("kimi-01", 5)
                 store.record_revision(
-                    "kimi-01", HiCacheSettings(True, ratio=float(i % 8 + 1)),
+                    "kimi-01", HiCacheSetting(True, ratio=float(i % 8 + 1)),
                     PlanSummary(1.0, 8.0, i, "fits", f"worker {worker}"), proposed_by="U1",
                 )  # fmt: skip
                 store.record_refusal(f"R{worker}", f"resize {i}", "ratio does not fit")
@@ -92,9 +93,9 @@ def test_a_failed_batch_is_rolled_back_whole(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'kimi-ops.db'}"
     upgrade_to_head(url)
     with Store(url) as store:
-        op = store.record_operation("kimi-01", "op-1", "restart").id
-        good = [OperationEvent(seq, T0, "starting", "ok") for seq in (1, 2)]
-        bad = OperationEvent(3, datetime(2026, 2, 24), "starting", "naive time")
+        op = store.record_operation("kimi-01", 1, "restart").id
+        good = [StoredEvent(seq, T0, EventPhase.STARTING, "ok") for seq in (1, 2)]
+        bad = StoredEvent(3, datetime(2026, 2, 24), EventPhase.STARTING, "naive time")
         with pytest.raises(InputError, match="event 3 time"):
             store.append_events(op, [*good, bad])
         assert store.operation_events(op) == []

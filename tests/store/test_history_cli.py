@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
-from bot.store import HiCacheSettings, PlanSummary, Store, upgrade_to_head
+from bot.hicache import HiCacheSetting
+from bot.store import PlanSummary, Store, upgrade_to_head
 from tests.store.conftest import TickingClock
 
 REASON = 'fits: 8 x 48.00 GB = 384.00 GB, "headroom" 40 GB\nsecond line, ✓'
@@ -22,7 +23,7 @@ HEADER = [
     "hicache_io_backend", "command_line", "plan_per_rank_gb", "plan_total_gb",
     "plan_per_rank_tokens", "plan_verdict", "plan_reason", "plan", "startup_seconds",
     "device_tokens", "host_gb_per_rank", "host_tokens_per_rank", "failure_kind",
-    "failure_lines", "rollback_of", "returned_to",
+    "failure_lines", "rollback_of", "returned_to", "agent_revision_id", "agent_returned_to",
 ]  # fmt: skip
 
 
@@ -32,13 +33,14 @@ def audited(db_url: str) -> str:
     upgrade_to_head(db_url)
     clock = TickingClock(datetime(2026, 2, 24, 11, 0, tzinfo=UTC))
     with Store(db_url, clock=clock) as store:
-        settings = HiCacheSettings(
-            True, 2.0, 48, "write_through", "kernel", ("python", "-m", "x,y")
-        )
+        settings = HiCacheSetting(True, 2.0, 48, "write_through", "kernel")
+        argv = ("python", "-m", "x,y")
         plan = PlanSummary(48.000062592, 384.000500736, 683_061, "fits", REASON, {"ranks": 8})
-        failed = store.record_revision("kimi-01", settings, plan, proposed_by="U0BEN").id
+        failed = store.record_revision(
+            "kimi-01", settings, plan, proposed_by="U0BEN", command_line=argv
+        ).id
         store.record_apply(failed, "U0ANA")  # 11:00:02
-        store.record_outcome(failed, "failed", failure_kind="host_ram", failure_lines=FAILURE)
+        store.record_outcome(failed, "failed", failure_kind="host_memory", failure_lines=FAILURE)
         ready = store.record_revision("kimi-02", settings, plan, proposed_by="U0ANA").id
         store.record_apply(ready, "U0BEN")
         store.record_outcome(ready, "ready", startup_seconds=662.25, device_tokens=231_120)
@@ -77,7 +79,7 @@ def test_json_lists_every_field(audited: str, capsys: pytest.CaptureFixture[str]
     records = json.loads(capsys.readouterr().out)
     assert len(records) == 1
     assert list(records[0]) == HEADER
-    assert records[0]["failure_kind"] == "host_ram"
+    assert records[0]["failure_kind"] == "host_memory"
     assert records[0]["plan_per_rank_tokens"] == 683_061
 
 

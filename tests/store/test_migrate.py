@@ -3,13 +3,15 @@ the models, and SQLite migrations stop on dangling foreign keys.
 
 For a new migration NNNN: add ``SEED_ROWS["NNNN"]`` (rows for every table as they stand at NNNN);
 ``test_upgrade_from_every_revision_keeps_rows`` then fills NNNN's tables, upgrades to head and
-checks that nothing was lost. The test fails until the seed rows exist.
+checks that nothing was lost. The test fails until the seed rows exist. A migration that converts
+a column on purpose (text to integer) says how an old value reads afterwards in ``CONVERTED``.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +45,7 @@ SEED_ROWS: dict[str, dict[str, list[dict[str, Any]]]] = {
              "proposed_by": "U0BEN", "applied_by": "U0ANA", "proposed_at": T0,
              "applied_at": T0, "finished_at": T1, "outcome": "failed",
              "startup_seconds": 662.25, "device_tokens": 2**62, "host_gb_per_rank": 44.77,
-             "host_tokens_per_rank": 683_061, "failure_kind": "host_ram",
+             "host_tokens_per_rank": 683_061, "failure_kind": "host_memory",
              "failure_lines": ["Not enough host memory available.", AWKWARD],
              "rollback_of": None, "returned_to": None},
             {"id": 2, "host": "kimi-01", "hicache_enabled": False, "hicache_ratio": None,
@@ -61,14 +63,14 @@ SEED_ROWS: dict[str, dict[str, list[dict[str, Any]]]] = {
              "created_at": T0},
         ],
         "operations": [
-            {"id": 1, "agent_operation_id": "op-7f3a", "host": "kimi-01", "kind": "resize",
+            {"id": 1, "agent_operation_id": "7", "host": "kimi-01", "kind": "resize",
              "state": "failed", "channel": "C0OPS", "message_ts": "1771931918.000200",
              "revision_id": 1, "last_event_seq": 2, "started_at": T0, "finished_at": T1},
         ],
         "operation_events": [
             {"id": 1, "operation_id": 1, "seq": 1, "at": T0, "phase": "stopping",
              "message": "stopping", "progress": None, "data": {}},
-            {"id": 2, "operation_id": 1, "seq": 2, "at": T1, "phase": "loading_weights",
+            {"id": 2, "operation_id": 1, "seq": 2, "at": T1, "phase": "load_weights",
              "message": AWKWARD, "progress": 0.453125, "data": {"shard": 29, "shards": 64}},
         ],
         "refusals": [
@@ -88,6 +90,28 @@ SEED_ROWS: dict[str, dict[str, list[dict[str, Any]]]] = {
         ],
     },
 }  # fmt: skip
+SEED_ROWS["0002"] = {
+    **SEED_ROWS["0001"],
+    "revisions": [
+        {**SEED_ROWS["0001"]["revisions"][0], "agent_revision_id": 2**53 + 1,
+         "agent_returned_to": None},
+        {**SEED_ROWS["0001"]["revisions"][1], "agent_revision_id": 4, "agent_returned_to": 2,
+         "plan_per_rank_gb": None, "plan_total_gb": None, "plan_per_rank_tokens": None},
+    ],
+    "operations": [{**SEED_ROWS["0001"]["operations"][0], "agent_operation_id": 2**62}],
+}  # fmt: skip
+
+# Columns a migration converts on purpose: (table, column) -> how a value from before it reads.
+CONVERTED: dict[str, dict[tuple[str, str], Callable[[Any], Any]]] = {
+    "0002": {("operations", "agent_operation_id"): int},
+}
+
+
+def _converted(from_revision: str, table: str, column: str, value: Any) -> Any:
+    for revision, columns in sorted(CONVERTED.items()):
+        if revision > from_revision and (table, column) in columns:
+            value = columns[table, column](value)
+    return value
 
 
 def _revisions() -> list[str]:
@@ -109,6 +133,19 @@ def _comparable(value: Any) -> Any:
     return value
 
 
+def _fill(engine: Engine, seed: dict[str, list[dict[str, Any]]]) -> None:
+    """Insert ``seed``'s rows into the tables as they stand now (every table must have rows)."""
+    before = MetaData()
+    before.reflect(engine)
+    assert set(before.tables) - {"alembic_version"} == set(seed), "seed every table"
+    with engine.begin() as conn:
+        for table in before.sorted_tables:
+            rows = seed.get(table.name, [])
+            if rows:
+                stored = [{k: _stored(v, engine) for k, v in row.items()} for row in rows]
+                conn.execute(insert(table), stored)
+
+
 def assert_upgrade_keeps_rows(url: str, from_revision: str, to_revision: str = "head") -> None:
     """Fill ``from_revision``'s tables with SEED_ROWS, upgrade, and check every value survived."""
     assert from_revision in SEED_ROWS, f"add SEED_ROWS[{from_revision!r}] for the new migration"
@@ -116,15 +153,7 @@ def assert_upgrade_keeps_rows(url: str, from_revision: str, to_revision: str = "
     upgrade(url, from_revision)
     engine = make_engine(url)
     try:
-        before = MetaData()
-        before.reflect(engine)
-        assert set(before.tables) - {"alembic_version"} == set(seed), "seed every table"
-        with engine.begin() as conn:
-            for table in before.sorted_tables:
-                rows = seed.get(table.name, [])
-                if rows:
-                    stored = [{k: _stored(v, engine) for k, v in row.items()} for row in rows]
-                    conn.execute(insert(table), stored)
+        _fill(engine, seed)
         upgrade(engine, to_revision)
         after = MetaData()
         after.reflect(engine)
@@ -133,7 +162,8 @@ def assert_upgrade_keeps_rows(url: str, from_revision: str, to_revision: str = "
                 table = after.tables[name]
                 got = [row._asdict() for row in conn.execute(select(table).order_by(table.c.id))]
                 assert [{k: _comparable(row[k]) for k in rows[0]} for row in got] == [
-                    {k: _comparable(v) for k, v in row.items()} for row in rows
+                    {k: _comparable(_converted(from_revision, name, k, v)) for k, v in row.items()}
+                    for row in rows
                 ], name
     finally:
         engine.dispose()
@@ -150,6 +180,53 @@ def test_upgrade_from_every_revision_keeps_rows(db_url: str, from_revision: str)
     assert failed.device_tokens == 2**62
     assert failed.proposed_at == T0
     assert (rollback.rollback_of, rollback.returned_to) == (1, 1)
+    with Store(db_url) as store:
+        operation = store.operation(1)
+    expected_id = SEED_ROWS[from_revision]["operations"][0]["agent_operation_id"]
+    assert operation.agent_operation_id == int(expected_id)
+
+
+def test_downgrading_0002_turns_agent_ids_back_into_text(db_url: str) -> None:
+    """Down from 0002 to 0001: the operation ids come back as text, unknown plan figures as 0,
+    and the agent revision columns are gone; upgrading again works."""
+    assert_upgrade_keeps_rows(db_url, "0002")
+    assert downgrade(db_url, "0001") == "0001"
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            ids = conn.execute(text("SELECT agent_operation_id FROM operations")).scalars().all()
+            columns = {c["name"] for c in inspect(conn).get_columns("revisions")}
+            unknown_figures = conn.execute(
+                text("SELECT plan_per_rank_gb, plan_total_gb, plan_per_rank_tokens FROM revisions")
+            ).all()
+    finally:
+        engine.dispose()
+    assert ids == [str(2**62)]
+    # 0001 cannot say "unknown": the figures 0002 left NULL come back as 0.
+    assert [tuple(row) for row in unknown_figures][1] == (0, 0, 0)
+    assert not {"agent_revision_id", "agent_returned_to"} & columns
+    assert upgrade_to_head(db_url) == head_revision()
+
+
+def test_an_operation_id_that_is_not_a_number_stops_0002_and_changes_nothing(
+    db_url: str,
+) -> None:
+    """A text agent operation id stored at 0001 is named by the upgrade, which leaves the
+    database at 0001 with the row as it was (never cast to 0)."""
+    seed = dict(SEED_ROWS["0001"])
+    seed["operations"] = [{**seed["operations"][0], "agent_operation_id": "op-7f3a"}]
+    upgrade(db_url, "0001")
+    engine = make_engine(db_url)
+    try:
+        _fill(engine, seed)
+        with pytest.raises(MigrationError, match=r"operation 1: 'op-7f3a'.*correct or delete"):
+            upgrade(engine, "head")
+        assert current_revision(engine) == "0001"
+        with engine.connect() as conn:
+            ids = conn.execute(text("SELECT agent_operation_id FROM operations")).scalars().all()
+    finally:
+        engine.dispose()
+    assert ids == ["op-7f3a"]
 
 
 def test_upgrade_downgrade_upgrade_cycle(db_url: str) -> None:

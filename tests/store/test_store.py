@@ -8,22 +8,23 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from bot.errors import InputError, MigrationError, NotFound
+from bot.hicache import HiCacheSetting
+from bot.planner import StartSample, Verdict
 from bot.store import (
     CapacitySample,
-    HiCacheSettings,
-    OperationEvent,
-    Outcome,
     PlanSummary,
+    RevisionOutcome,
     Store,
+    StoredEvent,
 )
-from bot.store._models import Base
-from tests.store.conftest import TickingClock
+from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
+from tests.store.conftest import TickingClock, table_counts
 
-# Field notes: Kimi-K2.5 (MLA, 61 layers, bf16) on 8 ranks; SGLANG_FACTS.md section 1 gives
+# Kimi-K2.5 (MLA, 61 layers, bf16) on 8 ranks; docs/sglang.md#host-pool-sizing gives
 # size_per_token = 576 * 2 * 61 = 70,272 B, and --hicache-size 48 gives
 # int(48e9 // 70272) // 1 + 1 = 683,061 tokens per rank (the 0.5.23 log line says 683061).
 BYTES_PER_TOKEN = 576 * 2 * 61
@@ -34,32 +35,36 @@ COMMAND = (
     "python", "-m", "sglang.launch_server", "--model-path", "/models/kimi-k2.5", "--tp-size", "8",
     "--enable-hierarchical-cache", "--hicache-size", "48",
 )  # fmt: skip
-SIZE_48 = HiCacheSettings(
+SIZE_48 = HiCacheSetting(
     enabled=True,
     ratio=2.0,
     size_gb=48,
     write_policy="write_through",
     io_backend="kernel",
-    command_line=COMMAND,
 )
 PLAN_48 = PlanSummary(
     per_rank_gb=PER_RANK_GB,
     total_gb=PER_RANK_GB * RANKS,
     per_rank_tokens=HOST_TOKENS,
-    verdict="fits",
+    verdict=Verdict.FITS,
     reason="8 x 48.00 GB = 384.00 GB fits in 449 GB available - 10 GiB reserve - 40 GB headroom",
     detail={"ranks": RANKS, "per_rank_bytes": HOST_TOKENS * BYTES_PER_TOKEN, "notes": ["a", "b"]},
 )
-RATIO_4 = HiCacheSettings(
-    enabled=True, ratio=4.0, command_line=(*COMMAND[:-2], "--hicache-ratio", "4")
-)
+RATIO_4 = HiCacheSetting(enabled=True, ratio=4.0)
+RATIO_4_COMMAND = (*COMMAND[:-2], "--hicache-ratio", "4")
 
 
-def _propose(store: Store, host: str = "kimi-01", settings: HiCacheSettings = SIZE_48) -> int:
+def _propose(
+    store: Store,
+    host: str = "kimi-01",
+    settings: HiCacheSetting = SIZE_48,
+    command_line: tuple[str, ...] = COMMAND,
+) -> int:
     proposal = store.record_proposal(
         host,
         settings,
         PLAN_48,
+        command_line=command_line,
         proposed_by="U0BEN",
         channel="C0OPS",
         expires_at=datetime(2030, 1, 1, tzinfo=UTC),
@@ -76,14 +81,6 @@ def _ready(store: Store, host: str = "kimi-01", seconds: float = 640.0) -> int:
     return revision_id
 
 
-def _counts(store: Store) -> dict[str, int]:
-    with store.engine.connect() as conn:
-        return {
-            table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
-            for table in Base.metadata.sorted_tables
-        }
-
-
 def test_proposal_and_revision_read_back_exactly(store: Store, clock: TickingClock) -> None:
     """A proposal and its revision come back with every field as written, instants in UTC."""
     expires = datetime(2026, 2, 24, 13, 15, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
@@ -96,6 +93,7 @@ def test_proposal_and_revision_read_back_exactly(store: Store, clock: TickingClo
         expires_at=expires,
         fingerprint="sha256:feed",
         requested={"kind": "size", "value": 48, "raw": "resize size 48"},
+        command_line=COMMAND,
     )
     assert proposal.expires_at == expires
     assert proposal.expires_at.tzinfo == UTC
@@ -108,11 +106,13 @@ def test_proposal_and_revision_read_back_exactly(store: Store, clock: TickingClo
     revision = store.revision(proposal.revision_id)
     assert revision.host == "kimi-01"
     assert revision.settings == SIZE_48
+    assert revision.command_line == COMMAND
+    assert (revision.agent_revision_id, revision.agent_returned_to) == (None, None)
     assert revision.plan == PLAN_48
     assert revision.plan.per_rank_gb == HOST_TOKENS * BYTES_PER_TOKEN / 1e9
     assert revision.proposed_by == "U0BEN"
     assert revision.proposed_at == datetime(2026, 2, 24, 11, 0, 1, tzinfo=UTC)
-    assert revision.outcome is Outcome.PROPOSED
+    assert revision.outcome is RevisionOutcome.PROPOSED
     assert (revision.applied_by, revision.applied_at, revision.finished_at) == (None, None, None)
 
 
@@ -122,12 +122,12 @@ def test_apply_then_ready_keeps_who_when_and_figures(store: Store) -> None:
     applied_at = datetime(2026, 2, 24, 11, 18, 37, tzinfo=UTC)
     applied = store.record_apply(revision_id, "U0ANA", at=applied_at)
     assert (applied.outcome, applied.applied_by, applied.applied_at) == (
-        Outcome.APPLIED, "U0ANA", applied_at,
+        RevisionOutcome.APPLIED, "U0ANA", applied_at,
     )  # fmt: skip
     ready_at = applied_at + timedelta(minutes=11, seconds=2)
     ready = store.record_outcome(
         revision_id,
-        Outcome.READY,
+        RevisionOutcome.READY,
         at=ready_at,
         startup_seconds=662.25,
         device_tokens=231_120,
@@ -135,7 +135,7 @@ def test_apply_then_ready_keeps_who_when_and_figures(store: Store) -> None:
         host_tokens_per_rank=HOST_TOKENS,
     )
     assert ready == store.revision(revision_id)
-    assert ready.outcome is Outcome.READY
+    assert ready.outcome is RevisionOutcome.READY
     assert ready.finished_at == ready_at
     assert (ready.startup_seconds, ready.device_tokens) == (662.25, 231_120)
     assert (ready.host_gb_per_rank, ready.host_tokens_per_rank) == (PER_RANK_GB, HOST_TOKENS)
@@ -145,28 +145,49 @@ def test_apply_then_ready_keeps_who_when_and_figures(store: Store) -> None:
 def test_failure_then_automatic_rollback(store: Store) -> None:
     """A failed start keeps its log lines; the rollback copies the last ready config and links."""
     good = _ready(store)
-    bad = _propose(store, settings=RATIO_4)
+    bad = _propose(store, settings=RATIO_4, command_line=RATIO_4_COMMAND)
     store.record_apply(bad, "U0ANA")
     lines = [
         "[2026-02-24 11:29:03 TP3] Scheduler hit an exception: Traceback ...",
         "ValueError: Not enough host memory available. Requesting 300.00 GB but only have "
         "437.12 GB free. Please reduce the size of the hierarchical cache.",
     ]
-    failed = store.record_outcome(bad, "failed", failure_kind="host_ram", failure_lines=lines)
-    assert (failed.failure_kind, failed.failure_lines) == ("host_ram", tuple(lines))
+    failed = store.record_outcome(bad, "failed", failure_kind="host_memory", failure_lines=lines)
+    assert (failed.failure_kind, failed.failure_lines) == (FailureKind.HOST_MEMORY, tuple(lines))
 
     rollback = store.record_rollback(bad, good)
-    assert rollback.outcome is Outcome.APPLIED
+    assert rollback.outcome is RevisionOutcome.APPLIED
     assert (rollback.rollback_of, rollback.returned_to) == (bad, good)
     assert rollback.settings == SIZE_48
+    assert rollback.command_line == COMMAND
     assert rollback.plan == PLAN_48
     assert (rollback.proposed_by, rollback.applied_by) == (None, None)
     undone = store.revision(bad)
-    assert undone.outcome is Outcome.ROLLED_BACK
+    assert undone.outcome is RevisionOutcome.ROLLED_BACK
     assert undone.finished_at == failed.finished_at
     assert undone.failure_lines == tuple(lines)
     store.record_outcome(rollback.id, "ready", startup_seconds=600.0)
     assert store.last_ready_revision("kimi-01") == store.revision(rollback.id)
+
+
+def test_agent_ids_and_command_line_link_revisions_to_the_agent(store: Store) -> None:
+    """The agent's revision ids and argv are kept; a rollback carries the agent id it returned
+    to; the store finds a revision by the agent's id on its host only."""
+    good = _ready(store)
+    assert store.record_agent_revision(good, 2, COMMAND).agent_revision_id == 2
+    bad = _propose(store, settings=RATIO_4, command_line=())
+    store.record_apply(bad, "U0ANA")
+    linked = store.record_agent_revision(bad, 3, RATIO_4_COMMAND)
+    assert (linked.agent_revision_id, linked.command_line) == (3, RATIO_4_COMMAND)
+    assert store.record_agent_revision(bad, 3, RATIO_4_COMMAND) == linked
+    with pytest.raises(InputError, match="already the agent's revision 3, not 5"):
+        store.record_agent_revision(bad, 5, RATIO_4_COMMAND)
+    store.record_outcome(bad, "failed", failure_kind=FailureKind.HOST_MEMORY)
+    rollback = store.record_rollback(bad, good, agent_revision_id=4)
+    assert (rollback.agent_revision_id, rollback.agent_returned_to) == (4, 2)
+    assert rollback.command_line == COMMAND
+    assert store.revision_by_agent_id("kimi-01", 3) == store.revision(bad)
+    assert store.revision_by_agent_id("kimi-02", 3) is None
 
 
 def test_recording_the_same_outcome_twice_keeps_the_first(store: Store) -> None:
@@ -184,8 +205,8 @@ def test_rolling_back_an_applied_revision_finishes_it(store: Store) -> None:
     revision_id = _propose(store)
     store.record_apply(revision_id, "U0ANA")
     at = datetime(2026, 2, 24, 12, 0, tzinfo=UTC)
-    undone = store.record_outcome(revision_id, Outcome.ROLLED_BACK, at=at)
-    assert (undone.outcome, undone.finished_at) == (Outcome.ROLLED_BACK, at)
+    undone = store.record_outcome(revision_id, RevisionOutcome.ROLLED_BACK, at=at)
+    assert (undone.outcome, undone.finished_at) == (RevisionOutcome.ROLLED_BACK, at)
 
 
 def test_impossible_transition_is_refused_and_changes_nothing(store: Store) -> None:
@@ -210,19 +231,20 @@ def test_history_is_newest_first_per_host_and_limited(store: Store) -> None:
 
 
 def test_startup_durations_for_eta(store: Store) -> None:
-    """Starts that became ready give their seconds with the host GB per rank they pinned."""
+    """Starts that became ready give the planner's samples: their seconds with the host GB per
+    rank they pinned (the planned size when the log gave none); failed starts give none."""
     planned_only = _ready(store, seconds=600.0)
     reached = _propose(store)
     store.record_apply(reached, "U0ANA")
     store.record_outcome(reached, "ready", startup_seconds=900.5, host_gb_per_rank=44.77)
     failed = _propose(store)
     store.record_apply(failed, "U0ANA")
-    store.record_outcome(failed, "failed", startup_seconds=120.0, failure_kind="host_ram")
-    durations = store.startup_durations("kimi-01")
-    assert [(d.revision_id, d.seconds, d.host_gb_per_rank) for d in durations] == [
-        (reached, 900.5, 44.77),
-        (planned_only, 600.0, PER_RANK_GB),
+    store.record_outcome(failed, "failed", startup_seconds=120.0, failure_kind="host_memory")
+    assert store.startup_durations("kimi-01") == [
+        StartSample(seconds=900.5, host_gb_per_rank=44.77),
+        StartSample(seconds=600.0, host_gb_per_rank=PER_RANK_GB),
     ]
+    assert reached > planned_only
     assert store.last_ready_revision("kimi-02") is None
 
 
@@ -230,13 +252,13 @@ def test_operation_events_are_idempotent_and_resumable(store: Store) -> None:
     """Replayed events are stored once; the resume point is the highest seq received."""
     revision_id = _propose(store)
     op = store.record_operation(
-        "kimi-01", "op-7f3a", "resize", channel="C0OPS", revision_id=revision_id
+        "kimi-01", 7, OperationKind.RESIZE, channel="C0OPS", revision_id=revision_id
     )
     assert op.last_event_seq == 0
     assert store.unfinished_operations() == [op]
     at = datetime(2026, 2, 24, 11, 20, tzinfo=UTC)
     batch = [
-        OperationEvent(seq, at + timedelta(seconds=seq), "loading_weights",
+        StoredEvent(seq, at + timedelta(seconds=seq), EventPhase.LOAD_WEIGHTS,
                        f"loading weights {seq}/64 shards", progress=seq / 64,
                        data={"shard": seq, "shards": 64})
         for seq in range(1, 21)
@@ -250,24 +272,24 @@ def test_operation_events_are_idempotent_and_resumable(store: Store) -> None:
     assert events[16] == batch[16]
     assert [e.seq for e in store.operation_events(op.id, after_seq=23)] == [24, 25]
 
-    updated = store.update_operation(op.id, message_ts="1771931000.000200", state="starting")
-    assert (updated.message_ts, updated.state) == ("1771931000.000200", "starting")
-    done = store.finish_operation(op.id, "succeeded", at=at + timedelta(minutes=11))
-    assert done.finished_at == at + timedelta(minutes=11)
+    updated = store.update_operation(op.id, message_ts="1771931000.000200", state="stalled")
+    assert (updated.message_ts, updated.state) == ("1771931000.000200", OperationState.STALLED)
+    done = store.finish_operation(op.id, "ready", at=at + timedelta(minutes=11))
+    assert (done.state, done.finished_at) == (OperationState.READY, at + timedelta(minutes=11))
     assert store.finish_operation(op.id, "failed") == done
     assert store.unfinished_operations() == []
-    assert store.operation_by_agent_id("kimi-01", "op-7f3a") == done
+    assert store.operation_by_agent_id("kimi-01", 7) == done
 
 
-def _more(at: datetime, first: int, last: int) -> list[OperationEvent]:
-    return [OperationEvent(s, at, "kv_pool", "KV pool") for s in range(first, last + 1)]
+def _more(at: datetime, first: int, last: int) -> list[StoredEvent]:
+    return [StoredEvent(s, at, EventPhase.KV_POOL, "KV pool") for s in range(first, last + 1)]
 
 
 def test_recording_an_operation_twice_returns_the_first(store: Store) -> None:
     """A restarted bot recording the same agent operation gets the stored row back."""
-    first = store.record_operation("kimi-01", "op-1", "restart")
-    assert store.record_operation("kimi-01", "op-1", "restart", state="other") == first
-    assert store.record_operation("kimi-02", "op-1", "restart").id != first.id
+    first = store.record_operation("kimi-01", 1, "restart")
+    assert store.record_operation("kimi-01", 1, "restart", state="stalled") == first
+    assert store.record_operation("kimi-02", 1, "restart").id != first.id
 
 
 def test_refusals_record_who_what_why(store: Store) -> None:
@@ -323,17 +345,17 @@ def test_report_schedules_crud(store: Store) -> None:
 
 def test_deleting_an_operation_deletes_its_events(store: Store) -> None:
     """ON DELETE CASCADE on events is live, so foreign keys are enforced on app connections."""
-    op = store.record_operation("kimi-01", "op-1", "restart")
+    op = store.record_operation("kimi-01", 1, "restart")
     store.append_events(op.id, _more(datetime(2026, 2, 24, tzinfo=UTC), 1, 3))
     with store.engine.begin() as conn:
         conn.execute(text("DELETE FROM operations WHERE id = :id"), {"id": op.id})
-    assert _counts(store)["operation_events"] == 0
+    assert table_counts(store)["operation_events"] == 0
 
 
 def test_a_revision_with_an_operation_cannot_be_deleted(store: Store) -> None:
     """ON DELETE RESTRICT keeps an applied revision while an operation points at it."""
     revision_id = _propose(store)
-    store.record_operation("kimi-01", "op-1", "resize", revision_id=revision_id)
+    store.record_operation("kimi-01", 1, "resize", revision_id=revision_id)
     # pg8000 reports a foreign key violation as ProgrammingError, sqlite3 as IntegrityError.
     with (
         pytest.raises((IntegrityError, ProgrammingError), match=r"(?i)foreign key"),
@@ -359,7 +381,7 @@ BAD_INPUT: list[tuple[str, Callable[[Store, int], Any], type[Exception], str]] =
     ("naive time", lambda s, r: s.record_apply(r, "U0ANA", at=NAIVE), InputError,
      "has no time zone"),
     ("NaN ratio", lambda s, r: s.record_revision(
-        "kimi-01", HiCacheSettings(True, ratio=float("nan")), PLAN_48, proposed_by="U1"),
+        "kimi-01", HiCacheSetting(True, ratio=float("nan")), PLAN_48, proposed_by="U1"),
      InputError, "hicache ratio is nan"),
     ("NaN in plan JSON", lambda s, r: s.record_revision(
         "kimi-01", SIZE_48, PlanSummary(1.0, 8.0, 1, "fits", "", {"x": float("inf")}),
@@ -379,9 +401,27 @@ BAD_INPUT: list[tuple[str, Callable[[Store, int], Any], type[Exception], str]] =
         "kimi-01", SIZE_48, PLAN_48, proposed_by="U1", channel="C1", expires_at=AWARE,
         fingerprint="f", requested={}), InputError, "is not after the proposal time"),
     ("event seq 0", lambda s, r: s.append_events(
-        s.record_operation("kimi-01", "op-x", "restart").id,
-        [OperationEvent(1, AWARE, "p", "m"), OperationEvent(0, AWARE, "p", "m")]),
+        s.record_operation("kimi-01", 9, "restart").id,
+        [StoredEvent(1, AWARE, EventPhase.INIT, "m"), StoredEvent(0, AWARE, EventPhase.INIT, "m")]),
      InputError, "event seq is 0"),
+    ("unknown event phase", lambda s, r: s.append_events(
+        s.record_operation("kimi-01", 9, "restart").id,
+        [StoredEvent(1, AWARE, "loading_weights", "m")]),  # type: ignore[arg-type]
+     InputError, "event 1 phase 'loading_weights' is not known"),
+    ("unknown failure kind", lambda s, r: s.record_outcome(r, "failed", failure_kind="host_ram"),
+     InputError, "failure kind 'host_ram' is not known"),
+    ("unknown operation kind", lambda s, r: s.record_operation("kimi-01", 9, "reboot"),
+     InputError, "operation kind 'reboot' is not known"),
+    ("agent operation id as text", lambda s, r: s.record_operation(
+        "kimi-01", "op-7", "resize"),  # type: ignore[arg-type]
+     InputError, "agent operation id must be a whole number"),
+    ("finish with a running state", lambda s, r: s.finish_operation(
+        s.record_operation("kimi-01", 9, "restart").id, "running"),
+     InputError, "operation state 'running' is not final"),
+    ("agent revision id 0", lambda s, r: s.record_agent_revision(r, 0, ["python"]),
+     InputError, "agent revision id is 0"),
+    ("empty agent command line", lambda s, r: s.record_agent_revision(r, 3, []),
+     InputError, "the agent's command line is empty"),
     ("usage above 1", lambda s, r: s.add_capacity_sample(
         CapacitySample("kimi-01", AWARE, token_usage=97.0)), InputError, "token usage is 97.0"),
     ("tokens beyond bigint", lambda s, r: s.record_outcome(r, "failed", device_tokens=2**63),
@@ -405,10 +445,10 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
     """Each bad value raises its specific error naming the value, and no table changes."""
     revision_id = _propose(store)
     store.record_apply(revision_id, "U0ANA")
-    before = (_counts(store), store.revision(revision_id))
+    before = (table_counts(store), store.revision(revision_id))
     with pytest.raises(error, match=re.escape(message)):
         call(store, revision_id)
     # The event-seq case records an operation first; only that row may be new.
-    counts, revision = _counts(store), store.revision(revision_id)
+    counts, revision = table_counts(store), store.revision(revision_id)
     counts["operations"] = before[0]["operations"]
     assert (counts, revision) == before

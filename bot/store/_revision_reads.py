@@ -1,0 +1,98 @@
+"""Reading the audit: one revision, a host's history, the config a rollback returns to, and the
+earlier starts the planner's startup estimate learns from."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from bot.planner import StartSample
+from bot.store import _validate as v
+from bot.store._base import StoreBase
+from bot.store._convert import revision_record
+from bot.store._models import HOST, RevisionRow
+from bot.store._revisions import get_revision
+from bot.store.records import RevisionOutcome, RevisionRecord
+
+__all__ = ["RevisionReadsMixin"]
+
+
+def _first_known(*values: float | None) -> float:
+    # As the agent's samples: a start whose pool size nobody knows counts as no pool.
+    return next((value for value in values if value is not None), 0.0)
+
+
+class RevisionReadsMixin(StoreBase):
+    def revision(self, revision_id: int) -> RevisionRecord:
+        with self._read("read a revision") as session:
+            return revision_record(get_revision(session, revision_id))
+
+    def revision_by_agent_id(self, host: str, agent_revision_id: int) -> RevisionRecord | None:
+        """The newest store revision that stands for the host agent's revision
+        ``agent_revision_id`` (None when none was recorded)."""
+        name = v.text("host", host, HOST)
+        agent_id = v.count("agent revision id", agent_revision_id, minimum=1)
+        with self._read("read a revision") as session:
+            row = session.scalars(
+                select(RevisionRow)
+                .where(RevisionRow.host == name, RevisionRow.agent_revision_id == agent_id)
+                .order_by(RevisionRow.id.desc())
+                .limit(1)
+            ).one_or_none()
+            return None if row is None else revision_record(row)
+
+    def history(self, host: str | None = None, limit: int = 20) -> list[RevisionRecord]:
+        """Revisions newest first (all hosts when ``host`` is None)."""
+        count = v.count("history limit", limit, minimum=1)
+        query = select(RevisionRow)
+        if host is not None:
+            query = query.where(RevisionRow.host == v.text("host", host, HOST))
+        query = query.order_by(RevisionRow.proposed_at.desc(), RevisionRow.id.desc()).limit(count)
+        with self._read("read the history") as session:
+            return [revision_record(row) for row in session.scalars(query)]
+
+    def last_ready_revision(self, host: str) -> RevisionRecord | None:
+        """The config a rollback returns to by default: the newest one that became ready."""
+        name = v.text("host", host, HOST)
+        with self._read("read the last ready revision") as session:
+            row = session.scalars(
+                select(RevisionRow)
+                .where(
+                    RevisionRow.host == name,
+                    RevisionRow.outcome == RevisionOutcome.READY.value,
+                )
+                .order_by(RevisionRow.finished_at.desc(), RevisionRow.id.desc())
+                .limit(1)
+            ).one_or_none()
+            return None if row is None else revision_record(row)
+
+    def startup_durations(self, host: str, limit: int = 50) -> list[StartSample]:
+        """Starts of ``host`` that became ready, newest first, as the planner's samples for the
+        ETA of the next one (the agent's ``AgentState.startup_samples()`` gives the same kind).
+
+        A start that became ready counts even if a later revision rolled it back; a failed start
+        does not. The host pool is the size the log reported when known, else the planned one.
+        """
+        name = v.text("host", host, HOST)
+        count = v.count("limit", limit, minimum=1)
+        query = (
+            select(RevisionRow)
+            .where(
+                RevisionRow.host == name,
+                RevisionRow.outcome.in_(
+                    [RevisionOutcome.READY.value, RevisionOutcome.ROLLED_BACK.value]
+                ),
+                RevisionRow.startup_seconds > 0,
+                RevisionRow.failure_kind.is_(None),
+                RevisionRow.finished_at.is_not(None),
+            )
+            .order_by(RevisionRow.finished_at.desc(), RevisionRow.id.desc())
+            .limit(count)
+        )
+        with self._read("read startup durations") as session:
+            return [
+                StartSample(
+                    seconds=row.startup_seconds,  # type: ignore[arg-type]  # filtered above
+                    host_gb_per_rank=_first_known(row.host_gb_per_rank, row.plan_per_rank_gb),
+                )
+                for row in session.scalars(query)
+            ]
