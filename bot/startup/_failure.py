@@ -28,6 +28,9 @@ _SPECIFIC: tuple[tuple[FailureKind, tuple[str, ...]], ...] = (
         FailureKind.HOST_MEMORY,
         (
             "Not enough host memory available. Requesting ",
+            # An extra host pool's own check: "Not enough host memory for DSA indexer
+            # hierarchical cache. Requesting 29.02 GB but only have 12.40 GB free."
+            "hierarchical cache. Requesting ",
             # <= 0.5.12 asserts that the host pool is larger than the device pool.
             "The host memory should be larger than the device memory",
         ),
