@@ -1,6 +1,6 @@
 """The plan of a HiCache change: every number an on-call engineer needs, and a verdict.
 
-Budget rule (DESIGN.md, Safety rules)::
+Budget rule (README.md, The budget rule)::
 
     free after stop = available host RAM + RAM held by the running server's process tree
                       (capped by the cgroup limit when there is one)

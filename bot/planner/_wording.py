@@ -1,7 +1,7 @@
 """The planner's sentences: what SGLang would reject, and the budget arithmetic.
 
 Every refusal names the value and the fix ("try 44 or 45"); the budget sentence shows the
-arithmetic a person can check (DESIGN.md, Safety rules).
+arithmetic a person can check (README.md, The budget rule).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The message part of every SGLang log line the simulator prints, per dialect.
 
-``old`` is the 0.5.8/0.5.9 dialect, ``new`` is 0.5.23's (SGLANG_FACTS.md section 3), e.g.
+``old`` is the 0.5.8/0.5.9 dialect, ``new`` is 0.5.23's (docs/sglang.md, Startup log), e.g.
 ``KV Cache is allocated. #tokens: 231120, KV size: 15.13 GB`` (old) against
 ``KV Cache is allocated. dtype: torch.bfloat16, #tokens: 231120, KV size: 15.13 GB`` (new).
 GB in device lines is GiB; GB in the host pool line is 1e9 bytes.

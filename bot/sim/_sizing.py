@@ -1,4 +1,4 @@
-"""SGLang's sizing rules as the simulated server applies them (SGLANG_FACTS.md section 1)."""
+"""SGLang's sizing rules as the simulated server applies them (docs/sglang.md, Host pool sizing)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from bot.startup.events import FailureKind, FailureSeen
 
 __all__ = ["FailureTracker"]
 
-# Texts that name a cause, quoted from SGLang (SGLANG_FACTS.md sections 1 and 5).
+# Texts that name a cause, quoted from SGLang (docs/sglang.md, Host pool sizing; Failure and
+# teardown).
 _SPECIFIC: tuple[tuple[FailureKind, tuple[str, ...]], ...] = (
     (
         FailureKind.HOST_MEMORY,

@@ -2,7 +2,7 @@
 
 Feed it text as the log file grows, split anywhere (mid-line, between ``\\r`` and ``\\n``); it
 gives the same events however the text is chunked. It reads both eras of SGLang's texts
-(0.5.8/0.5.9 and 0.5.23, SGLANG_FACTS.md section 3)::
+(0.5.8/0.5.9 and 0.5.23, docs/sglang.md, Startup log)::
 
     >>> p = StartupParser()
     >>> p.feed("[2026-02-24 11:18:37 TP3] Init torch distributed begin.\\n")
