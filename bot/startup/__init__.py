@@ -34,6 +34,7 @@ from bot.startup.report import (
     ReportBuilder,
     StartupReport,
     build_report,
+    classify_pools,
 )
 
 __all__ = [
@@ -59,5 +60,6 @@ __all__ = [
     "StartupParser",
     "StartupReport",
     "build_report",
+    "classify_pools",
     "read_startup_report",
 ]

@@ -38,6 +38,7 @@ __all__ = [
     "ReportBuilder",
     "StartupReport",
     "build_report",
+    "classify_pools",
 ]
 
 # Key for lines without a rank prefix (a single-GPU server's scheduler logs none).
