@@ -198,7 +198,7 @@ def make_plan(
     if refusal is None:
         refusal = _undecided(request, server)
         if refusal is None:
-            size = _host_pool(request, pool, server.page_size)
+            size = _host_pool(request, pool, server.page_size, per_token)
             if size is None:
                 refusal = (
                     f"{request.phrase()} needs the device pool's size, which is unknown (no "
@@ -362,8 +362,16 @@ def _largest(budget: float, server: ServerFacts, pool: DevicePool) -> tuple[int,
     return largest_size, largest_ratio
 
 
-def _host_pool(request: ChangeRequest, pool: DevicePool, page_size: int) -> HostPoolSize | None:
+def _host_pool(
+    request: ChangeRequest, pool: DevicePool, page_size: int, per_token: BytesPerToken | None
+) -> HostPoolSize | None:
     if request.size_gb is not None:
-        return host_pool_for_size(int(request.size_gb), pool, page_size)
+        size = host_pool_for_size(int(request.size_gb), pool, page_size)
+        if per_token is not None and per_token.low < per_token.value and size.tokens is not None:
+            # An uncertain figure: SGLang's tokens at the true bytes per token can be more,
+            # and its bytes up to one page over the size: count that page at the top.
+            ceiling = int(request.size_gb) * GB + page_size * per_token.value
+            return HostPoolSize(tokens=size.tokens, bytes=max(size.bytes, ceiling))
+        return size
     assert request.ratio is not None
     return host_pool_for_ratio(request.ratio, pool, page_size)

@@ -211,3 +211,28 @@ def test_planned_bytes_are_never_below_sglangs_on_the_true_bytes_per_token(
     assert snapped.per_rank_bytes is not None
     assert snapped.per_rank_bytes >= sglang_ratio_bytes(tokens, ratio, page, true_bytes)
     assert math.isfinite(snapped.per_rank_bytes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.integers(1_000, 3_000_000),
+    unit=st.sampled_from([576, 656, 1152, 256, 512, 2048]),
+    layers=st.integers(1, 128),
+    page=st.sampled_from([1, 16, 64]),
+    size_gb=st.integers(1, 400),
+)
+def test_planned_size_bytes_are_never_below_sglangs_and_tokens_never_above(
+    tokens: int, unit: int, layers: int, page: int, size_gb: int
+) -> None:
+    """For --hicache-size from the log alone, the planned bytes cover what SGLang allocates on
+    the true figure, and the planned tokens never promise more than SGLang makes."""
+    true_bytes = unit * layers
+    kv_gib = round((tokens + page) * true_bytes / 1024**3, 2)
+    assume(kv_gib >= 0.01)
+    server = ServerFacts(ranks=1, device_pool=DevicePool.from_log(tokens, kv_gib), page_size=page)
+    plan = make_plan(ChangeRequest(size_gb=size_gb), server, PLENTY)
+    sglang_tokens = sglang_size_tokens(size_gb, page, true_bytes)
+    assert plan.per_rank_bytes is not None
+    assert plan.per_rank_tokens is not None
+    assert plan.per_rank_bytes >= sglang_tokens * true_bytes
+    assert plan.per_rank_tokens <= sglang_tokens
