@@ -273,13 +273,12 @@ class StartFollower:
             tokens = data["host_tokens_per_rank"]
             token_text = f" ({tokens:,} tokens)" if tokens is not None else ""
             extras = "".join(
-                f" + {extra:.2f} GB {name}"
+                f" + {extra:.2f} GB/rank {name}"
                 for name, extra in data["host_extra_gb_per_rank"].items()
             )
             total = data["host_total_gb_per_rank"] or gb
-            per_rank = (
-                f"({gb:.2f} GB{token_text}{extras})" if extras else f"{gb:.2f} GB{token_text}"
+            parts.append(
+                f"host {gb:.2f} GB/rank{token_text}{extras} x {ranks} = {total * ranks:.1f} GB"
             )
-            parts.append(f"host {per_rank}/rank x {ranks} = {total * ranks:.1f} GB")
         parts.append(f"started in {startup_s:.0f} s")
         return Outcome(True, "; ".join(parts), data)
