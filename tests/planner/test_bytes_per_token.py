@@ -178,12 +178,19 @@ def test_a_config_without_the_figures_is_refused_by_name(
         kv_shape_from_config(config)
 
 
+# A pool as SGLang logs it: any token count, a true bytes per token of whole layers, a page size.
+TOKENS = st.integers(1_000, 3_000_000)
+LAYER_BYTES = st.sampled_from([576, 656, 1152, 256, 512, 2048])
+LAYERS = st.integers(1, 128)
+PAGES = st.sampled_from([1, 16, 64])
+
+
 @settings(max_examples=300, deadline=None)
 @given(
-    tokens=st.integers(1_000, 3_000_000),
-    unit=st.sampled_from([576, 656, 1152, 256, 512, 2048]),
-    layers=st.integers(1, 128),
-    page=st.sampled_from([1, 16, 64]),
+    tokens=TOKENS,
+    unit=LAYER_BYTES,
+    layers=LAYERS,
+    page=PAGES,
     ratio=st.floats(0.5, 8.0, allow_nan=False),
 )
 def test_planned_bytes_are_never_below_sglangs_on_the_true_bytes_per_token(
@@ -214,13 +221,7 @@ def test_planned_bytes_are_never_below_sglangs_on_the_true_bytes_per_token(
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    tokens=st.integers(1_000, 3_000_000),
-    unit=st.sampled_from([576, 656, 1152, 256, 512, 2048]),
-    layers=st.integers(1, 128),
-    page=st.sampled_from([1, 16, 64]),
-    size_gb=st.integers(1, 400),
-)
+@given(tokens=TOKENS, unit=LAYER_BYTES, layers=LAYERS, page=PAGES, size_gb=st.integers(1, 400))
 def test_planned_size_bytes_are_never_below_sglangs_and_tokens_never_above(
     tokens: int, unit: int, layers: int, page: int, size_gb: int
 ) -> None:
