@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.errors import PlanInputError
 from bot.planner import (
     GB,
     ChangeRequest,
@@ -136,7 +137,5 @@ def test_a_fitting_plan_is_refused_by_nothing() -> None:
 
 def test_an_extra_pool_beside_no_kv_pool_is_bad_input() -> None:
     """A host extra logged beside a 0 GB KV pool cannot be scaled: a clear PlanInputError."""
-    from bot.errors import PlanInputError
-
     with pytest.raises(PlanInputError, match="cannot be scaled"):
         ServerFacts(ranks=1, host_extras=(HostExtra("DSA indexer", 29.02, 0.0),))
