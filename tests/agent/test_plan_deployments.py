@@ -1,21 +1,23 @@
-"""Plans through the real agent on simulated deployments: a draft model beside the target.
+"""Plans through the real agent on simulated deployments: a draft model beside the target, a
+hybrid model's pools, a DSA indexer's host pool.
 
-The server is the simulator (``python -m bot.sim``) on its ``small-2gpu-draft`` profile, run by
-the real process backend: its log shows the target's pool (35,136 B/token) and, after the CUDA
-graphs, a draft model's (576 B/token). Expected figures are SGLang's rule written out here on
-the profile's figures, never the planner's output.
+The server is the simulator (``python -m bot.sim``) on its ``small-2gpu-draft``, ``-hybrid`` and
+``-dsa`` profiles, run by the real process backend. The draft profile's log shows the target's
+pool (35,136 B/token) and, after the CUDA graphs, a draft model's (576 B/token). Expected figures
+are SGLang's rule written out here on the profiles' figures, never the planner's output.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from bot.agent.config import AgentSettings
-from bot.agent.control import make_control
+from bot.agent.control import ServerControl, make_control
 from bot.agent.facts import FactsService
 from bot.agent.probe import make_probe
 from bot.agent.sglang_client import SGLangClient
@@ -37,23 +39,32 @@ def sglang_ratio_bytes(ratio: float) -> int:
     return (int(DEVICE_TOKENS * ratio) + 1) * TARGET_BYTES
 
 
-def settings_for(tmp_path: Path, model_path: str) -> AgentSettings:
+def settings_for(tmp_path: Path, model_path: str, profile: str = PROFILE) -> AgentSettings:
     port = free_port()
     command = [sys.executable, "-m", "bot.sim", "--model-path", model_path, "--tp", "2",
                "--port", str(port), "--speculative-algorithm", "EAGLE",
                "--enable-hierarchical-cache", "--hicache-ratio", "2"]  # fmt: skip
     return agent_settings(
-        tmp_path, profile=PROFILE, command=command, server_url=f"http://127.0.0.1:{port}"
+        tmp_path, profile=profile, command=command, server_url=f"http://127.0.0.1:{port}"
     )
 
 
-@pytest.fixture
-def facts_on(tmp_path: Path) -> Iterator[object]:
-    """Builds facts for an agent whose server runs with ``--model-path``; stops it afterwards."""
-    opened: list[tuple[object, SGLangClient, AgentState]] = []
+@dataclass
+class Agent:
+    """The agent's facts service and the control of the server it runs."""
 
-    def build(model_path: str) -> FactsService:
-        settings = settings_for(tmp_path, model_path)
+    facts: FactsService
+    control: ServerControl
+
+
+@pytest.fixture
+def agent_on(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
+    """Starts the simulator with ``--model-path`` on a profile, and the agent's facts on it; the
+    server is stopped afterwards."""
+    opened: list[tuple[ServerControl, SGLangClient, AgentState]] = []
+
+    def build(model_path: str, profile: str = PROFILE) -> Agent:
+        settings = settings_for(tmp_path, model_path, profile)
         clock = SystemClock()
         control = make_control(settings, clock)
         sglang = SGLangClient(settings.server_url)
@@ -61,22 +72,23 @@ def facts_on(tmp_path: Path) -> Iterator[object]:
         opened.append((control, sglang, state))
         control.start()
         wait_until(lambda: sglang.health() == 200, timeout_s=60)
-        return FactsService(settings, make_probe(settings), control, sglang, state, clock)
+        facts = FactsService(settings, make_probe(settings), control, sglang, state, clock)
+        return Agent(facts, control)
 
     yield build
     for control, sglang, state in opened:
-        control.stop(grace_s=5)  # type: ignore[attr-defined]
+        control.stop(grace_s=5)
         sglang.close()
         state.close()
 
 
 @pytest.mark.slow
 def test_ratio_4_with_a_draft_model_plans_on_the_target_pool_from_the_config(
-    facts_on: object,
+    agent_on: Callable[..., Agent],
 ) -> None:
     """With --model-path at the profile's config.json, ratio 4 is SGLang's figure to the byte on
     the target's pool; the plan names the draft pool it does not multiply and budgets on it."""
-    facts = facts_on(str(model_dir(PROFILE)))  # type: ignore[operator]
+    facts = agent_on(str(model_dir(PROFILE))).facts
     plan, _ = facts.plan(ChangeRequest(ratio=4))
     assert plan.per_rank_bytes == sglang_ratio_bytes(4)
     assert plan.bytes_per_token == TARGET_BYTES
@@ -89,11 +101,11 @@ def test_ratio_4_with_a_draft_model_plans_on_the_target_pool_from_the_config(
 
 @pytest.mark.slow
 def test_ratio_4_with_a_draft_model_and_no_config_errs_toward_more_ram(
-    facts_on: object,
+    agent_on: Callable[..., Agent],
 ) -> None:
     """With no readable config.json the target's logged pool gives at least SGLang's bytes,
     within the two-decimal rounding, and never the draft's 576 B/token."""
-    facts = facts_on("/models/not-here")  # type: ignore[operator]
+    facts = agent_on("/models/not-here").facts
     plan, _ = facts.plan(ChangeRequest(ratio=4))
     sglang = sglang_ratio_bytes(4)
     logged_gib = round((DEVICE_TOKENS + 1) * TARGET_BYTES / 1024**3, 2)
@@ -101,3 +113,38 @@ def test_ratio_4_with_a_draft_model_and_no_config_errs_toward_more_ram(
     assert sglang <= plan.per_rank_bytes <= sglang * (1 + 0.01 / (logged_gib - 0.005))
     assert plan.bytes_per_token_source is BytesSource.LOG_UPPER_BOUND
     assert plan.per_rank_bytes > 10 * (int(DEVICE_TOKENS * 4) + 1) * DRAFT_BYTES
+
+
+@pytest.mark.slow
+def test_a_size_on_a_dsa_host_scales_the_indexer_the_last_start_logged(
+    agent_on: Callable[..., Agent],
+) -> None:
+    """The last start logged a KV host pool and a DSA indexer (132 x 61 B per host token beside
+    35,136 B): size 8 plans the indexer in that proportion on both ranks, in the budget."""
+    facts = agent_on("/models/x", "small-2gpu-dsa").facts
+    plan, _ = facts.plan(ChangeRequest(size_gb=8))
+    assert plan.per_rank_bytes is not None
+    indexer = plan.host_extra_bytes_per_rank["DSA indexer"]
+    # The logged sizes (two decimals) of ratio 2's pools: 400,001 host tokens each.
+    kv_gb = round((2 * DEVICE_TOKENS + 1) * TARGET_BYTES / 1e9, 2)
+    indexer_gb = round((2 * DEVICE_TOKENS + 1) * 132 * 61 / 1e9, 2)
+    assert plan.per_rank_bytes * indexer_gb / kv_gb <= indexer
+    assert indexer <= plan.per_rank_bytes * (indexer_gb + 0.005) / (kv_gb - 0.005) + 1
+    assert plan.total_bytes == 2 * (plan.per_rank_bytes + indexer)
+    assert "DSA indexer" in plan.reason
+
+
+@pytest.mark.slow
+def test_a_ratio_on_a_stopped_hybrid_server_multiplies_the_full_attention_pool(
+    agent_on: Callable[..., Agent],
+) -> None:
+    """Stopped, the hybrid server's last log holds a 160,000-token sliding-window pool and the
+    200,000-token full-attention pool that max_total_num_tokens names: ratio 2 multiplies that."""
+    agent = agent_on("/models/x", "small-2gpu-hybrid")
+    agent.control.stop(grace_s=5)
+    facts = agent.facts
+    plan, _ = facts.plan(ChangeRequest(ratio=2))
+    assert plan.device_tokens == DEVICE_TOKENS
+    assert plan.per_rank_tokens == 2 * DEVICE_TOKENS + 1
+    assert plan.ratio_pool is not None
+    assert "200,000 tokens" in plan.ratio_pool
