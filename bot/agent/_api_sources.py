@@ -8,24 +8,58 @@ device pool (``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB``) plus
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bot.agent.cmdline import Topology
 from bot.errors import PlanInputError
-from bot.planner import DEFAULT_SGLANG_VERSION, GiB, SGLangVersion
+from bot.planner import DEFAULT_SGLANG_VERSION, GiB, HostExtra, SGLangVersion
 from bot.startup import ReportBuilder, StartupParser, StartupReport
 
 __all__ = [
     "LOG_RUN_BYTES",
     "LogPools",
+    "ModelHints",
     "device_from_info",
+    "kv_gib_from_info",
+    "model_hints",
     "page_size",
     "pools_of",
     "report_of_text",
     "version_of",
 ]
 
-LogPools = tuple[int | None, float | None, tuple[int | None, float | None]]
+
+@dataclass(frozen=True)
+class LogPools:
+    """What the last start's log says of the pools, per rank: the target model's device pool
+    (tokens, GiB as logged), the KV host pool, the other host pools beside it, a draft pool."""
+
+    tokens: int | None = None
+    kv_gib: float | None = None
+    host_tokens: int | None = None
+    host_gb: float | None = None
+    host_extras: tuple[HostExtra, ...] = ()
+    draft_kv_gib: float | None = None
+    undecided: str | None = None
+
+    @property
+    def per_token(self) -> float | None:
+        """KV bytes per token as the logged figures divide (for status; plans resolve it)."""
+        return self.kv_gib * GiB / self.tokens if self.tokens and self.kv_gib else None
+
+
+@dataclass(frozen=True)
+class ModelHints:
+    """What the command line says of the model: where its files are, the KV cache dtype, and
+    whether speculative decoding runs."""
+
+    model_path: str | None = None
+    kv_cache_dtype: str = "auto"
+    speculative: bool = False
+
+
 # Only the beginning of the last run is read: its pool lines come within the first minutes of
 # output, and a run of weeks of request lines is not re-parsed on every status call.
 LOG_RUN_BYTES = 8 * 1024 * 1024
@@ -41,19 +75,45 @@ def report_of_text(text: str) -> StartupReport:
 
 
 def pools_of(report: StartupReport) -> LogPools:
-    """(device tokens, KV bytes per token, (host tokens, host GB) per rank) of a start's log.
+    """The pools of a start's log, first rank's figures.
 
     ``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB`` (GiB) gives 159274 tokens and
-    10.42 GiB / 159274 = 70,247 B/token; ``Allocating 44.77 GB host memory`` gives 44.77 GB.
+    10.42 GiB: the target model's pool, whatever draft pool is logged after it;
+    ``Allocating 44.77 GB host memory`` gives 44.77 GB; a DSA indexer's host pool beside the KV
+    host pool is kept with both logged sizes, so a new size can scale it.
     """
     tokens = report.device_tokens
     if tokens is None and report.device_tokens_per_rank:
         tokens = next(iter(report.device_tokens_per_rank.values()))
     kv_gib = next(iter(report.kv_gib_per_rank.values()), None)
-    per_token = kv_gib * GiB / tokens if tokens and kv_gib else None
     host_gb = next(iter(report.host_gb_per_rank.values()), None)
     host_tokens = next(iter(report.host_tokens_per_rank.values()), None)
-    return tokens, per_token, (host_tokens, host_gb)
+    extras = next(iter(report.host_extra_gb_per_rank.values()), {})
+    return LogPools(
+        tokens=tokens,
+        kv_gib=kv_gib,
+        host_tokens=host_tokens,
+        host_gb=host_gb,
+        host_extras=tuple(HostExtra(name, gb, host_gb) for name, gb in extras.items() if host_gb),
+        draft_kv_gib=None if report.draft_pool is None else report.draft_pool.kv_gib,
+        undecided=report.device_pool_undecided,
+    )
+
+
+def model_hints(argv: Sequence[str]) -> ModelHints:
+    """``--model-path``, ``--kv-cache-dtype`` and ``--speculative-algorithm`` of a command line
+    (``--flag value`` or ``--flag=value``; the last one wins, as in argparse)."""
+    values: dict[str, str] = {}
+    for index, arg in enumerate(argv):
+        name, sep, inline = arg.partition("=")
+        if name in ("--model-path", "--model", "--kv-cache-dtype", "--speculative-algorithm"):
+            value = inline if sep else (argv[index + 1] if index + 1 < len(argv) else "")
+            values["--model-path" if name == "--model" else name] = value
+    return ModelHints(
+        model_path=values.get("--model-path") or None,
+        kv_cache_dtype=values.get("--kv-cache-dtype") or "auto",
+        speculative=bool(values.get("--speculative-algorithm")),
+    )
 
 
 def version_of(text: str | None) -> SGLangVersion:
@@ -75,6 +135,18 @@ def page_size(info: dict[str, Any] | None, topology: Topology | None) -> int:
     return 1
 
 
+def kv_gib_from_info(info: dict[str, Any] | None) -> float | None:
+    """The device pool's GiB from ``/server_info``'s ``memory_usage.kvcache`` (two decimals,
+    the target model's pool), or None."""
+    states = None if info is None else info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        usage = states[0].get("memory_usage")
+        kv = usage.get("kvcache") if isinstance(usage, dict) else None
+        if isinstance(kv, int | float) and not isinstance(kv, bool) and kv > 0:
+            return float(kv)
+    return None
+
+
 def device_from_info(info: dict[str, Any] | None) -> tuple[int | None, float | None]:
     """(device tokens, KV bytes per token) from ``/server_info``.
 
@@ -87,11 +159,5 @@ def device_from_info(info: dict[str, Any] | None) -> tuple[int | None, float | N
     tokens = info.get("max_total_num_tokens")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
         return None, None
-    per_token: float | None = None
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        usage = states[0].get("memory_usage")
-        kv = usage.get("kvcache") if isinstance(usage, dict) else None
-        if isinstance(kv, int | float) and not isinstance(kv, bool) and kv > 0:
-            per_token = kv * GiB / tokens
-    return tokens, per_token
+    kv = kv_gib_from_info(info)
+    return tokens, None if kv is None else kv * GiB / tokens

@@ -254,6 +254,9 @@ class StartFollower:
             "host_gb_per_rank": figures.host_gb_per_rank,
             "host_tokens_per_rank": figures.host_tokens(),
             "ranks": self.watcher.ranks,
+            "draft_kv_gib": figures.draft_kv_gib,
+            "host_extra_gb_per_rank": dict(figures.host_extra_gb),
+            "host_total_gb_per_rank": figures.host_total_gb_per_rank,
         }
 
     def _ready(self, info: dict[str, Any]) -> Outcome:
@@ -269,6 +272,13 @@ class StartFollower:
         if gb is not None:
             tokens = data["host_tokens_per_rank"]
             token_text = f" ({tokens:,} tokens)" if tokens is not None else ""
-            parts.append(f"host {gb:.2f} GB/rank{token_text} x {ranks} = {gb * ranks:.1f} GB")
+            extras = "".join(
+                f" + {extra:.2f} GB/rank {name}"
+                for name, extra in data["host_extra_gb_per_rank"].items()
+            )
+            total = data["host_total_gb_per_rank"] or gb
+            parts.append(
+                f"host {gb:.2f} GB/rank{token_text}{extras} x {ranks} = {total * ranks:.1f} GB"
+            )
         parts.append(f"started in {startup_s:.0f} s")
         return Outcome(True, "; ".join(parts), data)

@@ -13,12 +13,13 @@ already recorded are skipped, so no event is duplicated and none is lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent._progress import ProgressModel
 from bot.planner import GiB, host_tokens_for_ratio
 from bot.startup import (
+    KV_HOST_POOL,
     DevicePool,
     FailureSeen,
     GraphProgress,
@@ -28,6 +29,7 @@ from bot.startup import (
     PhaseStarted,
     ShardProgress,
     StartupParser,
+    classify_pools,
 )
 
 __all__ = ["Draft", "StartFigures", "StartWatcher"]
@@ -64,8 +66,10 @@ class StartFigures:
     """What the log told about the start so far."""
 
     device_tokens: int | None = None
-    kv_gib_per_rank: float | None = None
-    host_gb_per_rank: float | None = None
+    kv_gib_per_rank: float | None = None  # the target model's pool (never a draft's)
+    draft_kv_gib: float | None = None  # a speculative-decoding draft model's pool beside it
+    host_gb_per_rank: float | None = None  # the KV host pool
+    host_extra_gb: dict[str, float] = field(default_factory=dict)  # other host pools by name
     host_tokens_per_rank: int | None = None
     phase: str = "starting"
     http_up: bool = False
@@ -75,6 +79,13 @@ class StartFigures:
     # The applied ratio (None for a size) and page size: with them the tokens are exact.
     ratio: float | None = None
     page_size: int = 1
+
+    @property
+    def host_total_gb_per_rank(self) -> float | None:
+        """All host RAM of one rank: the KV host pool and every extra pool (a DSA indexer)."""
+        if self.host_gb_per_rank is None:
+            return None
+        return round(self.host_gb_per_rank + sum(self.host_extra_gb.values()), 2)
 
     @property
     def kv_bytes_per_token(self) -> float | None:
@@ -115,6 +126,7 @@ class StartWatcher:
         self._pin_started: float | None = None
         self._pin_step = 0
         self._graph_tenth = -1
+        self._pools: list[DevicePool] = []  # the first rank's device pools, in log order
 
     def feed(self, text: str, now: float) -> list[Draft]:
         """Take new log text (``now`` = monotonic seconds); return the drafts it produced."""
@@ -186,28 +198,54 @@ class StartWatcher:
             )
         if isinstance(event, MaxTotalTokens):
             figures.device_tokens = event.tokens
+            self._target_pool()
             return None
         if isinstance(event, DevicePool):
-            first = figures.kv_gib_per_rank is None
-            figures.kv_gib_per_rank = event.kv_gib
-            figures.device_tokens = figures.device_tokens or event.tokens
-            if not first:
-                return None
-            return Draft(
-                phase="kv_pool",
-                message=(
-                    f"KV pool: {event.tokens:,} device tokens, {event.kv_gib:.2f} GiB per rank"
-                ),
-                progress=self.progress.at("kv_pool", 0.5),
-                data={"device_tokens": event.tokens, "kv_gib": event.kv_gib},
-                step="kv_pool:figures",
-            )
+            return self._device_pool(event)
         if isinstance(event, HostPool):
             return self._host_pool(event, now)
         if isinstance(event, FailureSeen):
             figures.failure_kind = event.kind.value
             figures.failure_lines = event.lines
         return None
+
+    def _device_pool(self, event: DevicePool) -> Draft | None:
+        """Keep the first rank's pools; the target's figures are the device pool's, a pool
+        logged once graphs began is a draft model's, reported beside it."""
+        figures = self.figures
+        if self._pools and event.rank != self._pools[0].rank:
+            return None
+        self._pools.append(event)
+        first = figures.kv_gib_per_rank is None
+        if event.after_graphs:
+            figures.draft_kv_gib = event.kv_gib
+            return Draft(
+                phase="kv_pool",
+                message=f"draft model's KV pool: {event.kv_gib:.2f} GiB per rank (beside the "
+                "device pool, not counted in it)",
+                progress=self.progress.at("cuda_graph", 1.0),
+                data={"draft_kv_gib": event.kv_gib},
+                step="kv_pool:draft",
+            )
+        self._target_pool()
+        if not first or figures.kv_gib_per_rank is None:
+            return None
+        tokens = event.tokens if event.tokens is not None else figures.device_tokens
+        token_text = "" if tokens is None else f"{tokens:,} device tokens, "
+        return Draft(
+            phase="kv_pool",
+            message=f"KV pool: {token_text}{event.kv_gib:.2f} GiB per rank",
+            progress=self.progress.at("kv_pool", 0.5),
+            data={"device_tokens": tokens, "kv_gib": event.kv_gib},
+            step="kv_pool:figures",
+        )
+
+    def _target_pool(self) -> None:
+        target, _ = classify_pools(self._pools, self.figures.device_tokens)
+        if target is not None:
+            self.figures.kv_gib_per_rank = target.kv_gib
+            if self.figures.device_tokens is None:
+                self.figures.device_tokens = target.tokens
 
     def _phase(self, event: PhaseStarted, now: float) -> Draft | None:
         figures = self.figures
@@ -229,6 +267,8 @@ class StartWatcher:
 
     def _host_pool(self, event: HostPool, now: float) -> Draft | None:
         figures = self.figures
+        if event.pool != KV_HOST_POOL:
+            return self._host_extra(event)
         first = figures.host_gb_per_rank is None
         figures.host_gb_per_rank = event.gb
         if event.tokens is not None:
@@ -256,4 +296,27 @@ class StartWatcher:
                 "pin_estimate_s": round(pin, 1),
             },
             step="host_pool:figures",
+        )
+
+    def _host_extra(self, event: HostPool) -> Draft | None:
+        """Another host allocation (a DSA indexer's): RAM too, so the total grows."""
+        figures = self.figures
+        if event.pool in figures.host_extra_gb:
+            return None
+        figures.host_extra_gb[event.pool] = event.gb
+        total = figures.host_total_gb_per_rank or event.gb
+        self.progress.host_gb_per_rank = total
+        return Draft(
+            phase="host_pool",
+            message=(
+                f"host pool for {event.pool}: {event.gb:.2f} GB per rank; all host pools "
+                f"{total:.2f} GB per rank x {self.ranks} ranks = {total * self.ranks:.1f} GB"
+            ),
+            progress=self.progress.at("host_pool", 0.1),
+            data={
+                "host_extra_gb_per_rank": dict(figures.host_extra_gb),
+                "host_total_gb_per_rank": total,
+                "host_gb_total": round(total * self.ranks, 2),
+            },
+            step=f"host_pool:{event.pool}",
         )

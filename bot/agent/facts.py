@@ -21,12 +21,15 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from bot.agent._api_sources import (
     LOG_RUN_BYTES,
     LogPools,
     device_from_info,
+    kv_gib_from_info,
+    model_hints,
     page_size,
     pools_of,
     report_of_text,
@@ -37,17 +40,21 @@ from bot.agent.cmdline import HiCacheSetting, Topology, read_hicache, read_topol
 from bot.agent.config import AgentSettings
 from bot.agent.probe import GpuFacts, HostProbe, RamFacts
 from bot.clock import Clock
-from bot.errors import KimiOpsError, ProbeError
+from bot.errors import KimiOpsError, PlanInputError, ProbeError
 from bot.planner import (
     GB,
     ChangeRequest,
     DevicePool,
+    GiB,
+    HostExtra,
     HostMemory,
+    KvShape,
     Plan,
     ServerFacts,
     StartSample,
     host_pool_for_ratio,
     host_pool_for_size,
+    kv_shape_from_config,
     make_plan,
 )
 
@@ -120,6 +127,12 @@ class Capacity:
     ranks: int | None = None
     page_size: int = 1
     source: str | None = None
+    # For plans: the device pool's GiB as logged (two decimals), the last start's other host
+    # pools, and what its log says of a draft pool or of pools it could not tell apart.
+    kv_gib: float | None = None
+    host_extras: tuple[HostExtra, ...] = ()
+    draft_kv_gib: float | None = None
+    device_pool_undecided: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +215,8 @@ class FactsService:
             except ProbeError as exc:
                 errors.append(exc)
         gpus = self._gpus(errors)
-        capacity = self._capacity(info, hicache, topology, errors)
+        running = server.state in ("running", "starting")
+        capacity = self._capacity(info, hicache, topology, errors, running)
         return HostSnapshot(
             host=self._settings.host_name,
             backend=self._settings.backend,
@@ -288,18 +302,24 @@ class FactsService:
         hicache: HiCacheSetting | None,
         topology: Topology | None,
         errors: list[KimiOpsError],
+        running: bool = False,
     ) -> Capacity:
         ranks = None if topology is None else topology.local_ranks
         pages = page_size(info, topology)
         tokens, per_token = device_from_info(info)
+        kv_gib = kv_gib_from_info(info) if tokens is not None else None
         source = "server_info" if tokens is not None else None
         host_tokens: int | None = None
         host_gb: float | None = None
-        if tokens is None:
-            tokens, per_token, logged_host = self._device_from_log()
-            if tokens is not None:
-                source = "startup_log"
-                host_tokens, host_gb = logged_host
+        logged = self._device_from_log(running)
+        if tokens is None and logged.tokens is not None:
+            tokens, per_token, kv_gib, source = (
+                logged.tokens,
+                logged.per_token,
+                logged.kv_gib,
+                "startup_log",
+            )
+            host_tokens, host_gb = logged.host_tokens, logged.host_gb
         try:
             recorded = self._state.last_start_capacity()
         except KimiOpsError as exc:
@@ -309,6 +329,9 @@ class FactsService:
             rec_tokens, rec_per_token, rec_host_tokens, rec_host_gb = recorded
             if tokens is None and rec_tokens:
                 tokens, per_token, source = int(rec_tokens), rec_per_token, "last_start"
+                if rec_per_token:
+                    # Recorded as the logged GiB divided by the tokens: that GiB, as logged.
+                    kv_gib = round(rec_per_token * tokens / GiB, 2)
             if host_gb is None:
                 host_tokens, host_gb = rec_host_tokens or None, rec_host_gb or None
         if host_gb is None and hicache is not None and hicache.enabled:
@@ -330,20 +353,23 @@ class FactsService:
             ranks=ranks,
             page_size=pages,
             source=source,
+            kv_gib=kv_gib,
+            host_extras=logged.host_extras,
+            draft_kv_gib=logged.draft_kv_gib,
+            device_pool_undecided=logged.undecided if source == "startup_log" else None,
         )
 
-    def _device_from_log(
-        self,
-    ) -> tuple[int | None, float | None, tuple[int | None, float | None]]:
-        """Device pool and host pool per rank from the beginning of the server's last run (the
-        log file or the journal), for when the server is down.
+    def _device_from_log(self, running: bool = False) -> LogPools:
+        """Device pool and host pools per rank from the beginning of the server's last run (the
+        log file or the journal): the device pool when the server is down, the draft pool and
+        the extra host pools always.
 
-        A parse is kept for the run only once it is complete (the device pool, and the host
-        pool or the run's end, were logged): those lines never change after that. A run still
-        starting is read again on each call (at most LOG_RUN_BYTES), so a parse taken before
-        its KV-pool line is not kept for good.
+        A parse is kept for the run only once it is complete (ready, failed, or its host pool
+        logged and the server no longer running): those lines never change after that. A run
+        still starting is read again on each call (at most LOG_RUN_BYTES), so a parse taken
+        before its pool lines (a DSA indexer's comes after the KV host pool) is not kept.
         """
-        nothing: LogPools = (None, None, (None, None))
+        nothing = LogPools()
         try:
             key = self._control.last_run_key()
             if key is None:
@@ -354,9 +380,8 @@ class FactsService:
                 return cached[1]
             report = report_of_text(self._control.last_run_log(LOG_RUN_BYTES))
             pools = pools_of(report)
-            if pools[0] is not None and (
-                pools[2][1] is not None or report.ready or report.failure is not None
-            ):
+            done = report.ready or report.failure is not None
+            if pools.tokens is not None and (done or (pools.host_gb is not None and not running)):
                 with self._lock:
                     self._log_cache = (key, pools)
         except KimiOpsError:
@@ -387,17 +412,44 @@ class FactsService:
             server_held_bytes=snap.server_held_bytes,
             cgroup_limit_bytes=snap.ram.cgroup_limit_bytes,
         )
+        hints = model_hints(snap.command or ())
+        pool = DevicePool(
+            tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token
+        )
+        if capacity.kv_gib is not None:
+            pool = DevicePool.from_log(capacity.device_tokens, capacity.kv_gib)
+        draft = capacity.draft_kv_gib
         server = ServerFacts(
             ranks=capacity.ranks or 1,
-            device_pool=DevicePool(
-                tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token
-            ),
+            device_pool=pool,
             page_size=capacity.page_size,
             version=version_of(snap.server.version),
             host_tokens_per_rank_now=capacity.host_tokens_per_rank,
             radix_cache_disabled=snap.topology.disable_radix_cache,
+            kv_shape=_model_kv_shape(hints.model_path, snap.topology.tp, hints.kv_cache_dtype),
+            speculative=hints.speculative,
+            device_pool_note=None
+            if draft is None
+            else f"a draft model's pool of {draft:.2f} GiB per rank beside it is not multiplied",
+            device_pool_undecided=capacity.device_pool_undecided,
+            host_extras=capacity.host_extras,
         )
         history: Sequence[StartSample] = self._state.startup_samples()
         return make_plan(
             request, server, memory, headroom_gb=self._settings.headroom_gb, history=history
         )
+
+
+def _model_kv_shape(model_path: str | None, tp_size: int, kv_cache_dtype: str) -> KvShape | None:
+    """The KV shape from ``--model-path``'s config.json when it is readable, else None (the
+    planner then works from the logged pool)."""
+    if not model_path:
+        return None
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            return None
+        return kv_shape_from_config(config, tp_size=tp_size, kv_cache_dtype=kv_cache_dtype)
+    except (OSError, ValueError, PlanInputError):
+        # A hub name, an unreadable or foreign config: the logged pool still sizes the plan.
+        return None

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 from bot.planner._eta import DEFAULT_PIN_SECONDS_PER_GB, StartSample, estimate_startup_seconds
+from bot.planner._kv_shape import KvShape, element_bytes, kv_shape_from_config
+from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._plan import (
     DEFAULT_HEADROOM_GB,
     ChangeRequest,
@@ -24,6 +26,7 @@ from bot.planner._plan import (
 )
 from bot.planner._sizing import (
     DevicePool,
+    HostExtra,
     HostPoolSize,
     host_pool_for_ratio,
     host_pool_for_size,
@@ -38,19 +41,26 @@ __all__ = [
     "DEFAULT_SGLANG_VERSION",
     "GB",
     "SGLANG_HOST_RESERVE_BYTES",
+    "BytesPerToken",
+    "BytesSource",
     "ChangeRequest",
     "DevicePool",
     "GiB",
+    "HostExtra",
     "HostMemory",
     "HostPoolSize",
+    "KvShape",
     "Plan",
     "SGLangVersion",
     "ServerFacts",
     "StartSample",
     "Verdict",
+    "element_bytes",
     "estimate_startup_seconds",
     "host_pool_for_ratio",
     "host_pool_for_size",
     "host_tokens_for_ratio",
+    "kv_shape_from_config",
     "make_plan",
+    "resolve_bytes_per_token",
 ]

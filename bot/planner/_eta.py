@@ -1,10 +1,10 @@
 """Expected startup time of a host, from its earlier starts, scaled for the host pool size.
 
 A start is the model's fixed cost (weights, KV pool, CUDA graphs, warmup) plus the silent pin of
-the host pool, which grows with the pool: about 60 s per 100-120 GB per rank upstream (#31600,
-#31746). With starts at pool sizes at least 10 GB apart the host's own rate is fitted (unless
-the fit is implausible); otherwise that default rate is used around the host's median fixed
-cost.
+the host pool, which grows with the pool: about 60 s per 100-120 GB per rank upstream
+(docs/sglang.md, Host pool sizing). With starts at pool sizes at least 10 GB apart the host's own
+rate is fitted (unless the fit is implausible); otherwise that default rate is used around the
+host's median fixed cost.
 """
 
 from __future__ import annotations

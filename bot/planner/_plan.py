@@ -1,11 +1,16 @@
 """The plan of a HiCache change: every number an on-call engineer needs, and a verdict.
 
-Budget rule (DESIGN.md, Safety rules)::
+Budget rule (README.md, The budget rule)::
 
     free after stop = available host RAM + RAM held by the running server's process tree
                       (capped by the cgroup limit when there is one)
     budget          = free after stop - SGLang's 10 GiB reserve - headroom (default 40 GB)
-    fits            = per-rank pool bytes x local ranks <= budget
+    per rank        = KV host pool bytes + every extra host pool (a DSA indexer), scaled with
+                      the KV host pool in the proportion the last start logged
+    fits            = per rank x local ranks <= budget
+
+A ratio multiplies the target model's device pool (never a draft model's pool beside it); when
+the pool cannot be told, the ratio is refused with the reason (``refused_by`` missing_facts).
 
 SGLang sizes one pool per local rank (TP x PP x DP on the host): eight ranks of
 ``--hicache-size 300`` ask for 2.4 TB, which no 449 GB host has.
@@ -21,16 +26,37 @@ from typing import Any
 
 from bot.errors import PlanInputError
 from bot.planner._eta import StartSample, estimate_startup_seconds
+from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num
+from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._sizing import (
     DevicePool,
     HostPoolSize,
+    extra_bytes,
     host_pool_for_ratio,
     host_pool_for_size,
     largest_ratio_within,
     largest_size_within,
 )
 from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
-from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
+from bot.planner._wording import (
+    budget_sentence,
+    host_not_larger,
+    larger_than_device,
+    sentence,
+    sglang_would_reject,
+    suggestion,
+)
+from bot.vocab import RefusedBy
+
+__all__ = [
+    "DEFAULT_HEADROOM_GB",
+    "ChangeRequest",
+    "HostMemory",
+    "Plan",
+    "ServerFacts",
+    "Verdict",
+    "make_plan",
+]
 
 DEFAULT_HEADROOM_GB = 40.0
 
@@ -41,64 +67,17 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True)
-class ChangeRequest:
-    """A requested HiCache setting: a ratio, a size in GB per rank, or both (size wins, as in
-    SGLang). Values are kept as given so the planner can say why SGLang would refuse them."""
-
-    ratio: float | None = None
-    size_gb: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.ratio is None and self.size_gb is None:
-            raise PlanInputError("a HiCache change needs a ratio or a size in GB per rank")
-
-    @property
-    def mode(self) -> str:
-        return "size" if self.size_gb is not None else "ratio"
-
-    def phrase(self) -> str:
-        if self.size_gb is not None:
-            return f"size {_num(self.size_gb)} GB/rank"
-        assert self.ratio is not None
-        return f"ratio {_num(self.ratio)}"
-
-
-@dataclass(frozen=True)
-class ServerFacts:
-    """What is known of the server the change applies to."""
-
-    ranks: int
-    device_pool: DevicePool = field(default_factory=DevicePool)
-    page_size: int = 1
-    version: SGLangVersion = DEFAULT_SGLANG_VERSION
-    host_tokens_per_rank_now: int | None = None
-    radix_cache_disabled: bool = False
-
-    def __post_init__(self) -> None:
-        if self.ranks < 1:
-            raise PlanInputError(f"local ranks must be at least 1, not {self.ranks}")
-        if self.page_size < 1:
-            raise PlanInputError(f"page size must be at least 1 token, not {self.page_size}")
-
-
-@dataclass(frozen=True)
-class HostMemory:
-    """Host RAM as the agent reads it, in bytes."""
-
-    available_bytes: float
-    server_held_bytes: float = 0
-    cgroup_limit_bytes: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("available_bytes", "server_held_bytes", "cgroup_limit_bytes"):
-            value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value < 0):
-                raise PlanInputError(f"{name.replace('_', ' ')} must be >= 0, not {value!r}")
-
-
-@dataclass(frozen=True)
 class Plan:
-    """The planner's answer. Byte figures are floats (GB = 1e9; GiB only for the device pool)."""
+    """The planner's answer. Bytes are whole bytes (GB = 1e9; GiB only for the device pool).
+
+    ``per_rank_bytes`` is the KV host pool of one rank, as SGLang will allocate it;
+    ``per_rank_total_bytes`` adds the extra host pools (``host_extra_bytes_per_rank``), and
+    ``total_bytes`` is that across all ranks: what the budget counts. ``bytes_per_token_source``
+    names where the KV bytes per token came from (``config``, ``log``, ``log_upper_bound`` or
+    ``given``) and ``bytes_per_token_uncertainty`` how far the true figure can be below it.
+    ``refused_by`` names the rule that refused the plan. ``notes`` say which pool a ratio
+    multiplies, where the bytes per token came from and how extra pools were scaled.
+    """
 
     request: ChangeRequest
     verdict: Verdict
@@ -107,8 +86,8 @@ class Plan:
     sglang_version: str
     page_size: int
     per_rank_tokens: int | None
-    per_rank_bytes: float | None
-    total_bytes: float | None
+    per_rank_bytes: int | None
+    total_bytes: int | None
     available_bytes: float
     server_held_bytes: float
     cgroup_limit_bytes: float | None
@@ -125,6 +104,15 @@ class Plan:
     largest_fitting_ratio: float | None
     expected_startup_s: float | None
     warnings: tuple[str, ...] = ()
+    refused_by: RefusedBy | None = None
+    bytes_per_token_source: BytesSource | None = None
+    bytes_per_token_low: int | None = None
+    bytes_per_token_high: int | None = None
+    bytes_per_token_uncertainty: float | None = None
+    ratio_pool: str | None = None
+    host_extra_bytes_per_rank: dict[str, int] = field(default_factory=dict)
+    per_rank_total_bytes: int | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -146,8 +134,17 @@ class Plan:
         data["setting"] = self.request.phrase()
         data["verdict"] = self.verdict.value
         data["warnings"] = list(self.warnings)
+        data["notes"] = list(self.notes)
+        data["refused_by"] = None if self.refused_by is None else self.refused_by.value
+        data["bytes_per_token_source"] = (
+            None if self.bytes_per_token_source is None else self.bytes_per_token_source.value
+        )
+        data["host_extra_gb_per_rank"] = {
+            name: round(value / GB, 3) for name, value in self.host_extra_bytes_per_rank.items()
+        }
         gb_fields = {
             "per_rank_gb": self.per_rank_bytes,
+            "per_rank_total_gb": self.per_rank_total_bytes,
             "total_gb": self.total_bytes,
             "available_gb": self.available_bytes,
             "server_held_gb": self.server_held_bytes,
@@ -176,55 +173,81 @@ def make_plan(
     """Size ``request`` on ``server`` exactly as SGLang will, and check it fits ``memory``."""
     if not math.isfinite(headroom_gb) or headroom_gb < 0:
         raise PlanInputError(f"headroom must be a number of GB >= 0, not {headroom_gb!r}")
-    pool = server.device_pool.resolved()
+    per_token, bpt_warnings = _bytes_per_token(server)
+    pool = _resolved_pool(server, per_token)
     free_after_stop = memory.available_bytes + memory.server_held_bytes
     if memory.cgroup_limit_bytes is not None:
         free_after_stop = min(free_after_stop, memory.cgroup_limit_bytes)
     headroom = headroom_gb * GB
     budget = free_after_stop - SGLANG_HOST_RESERVE_BYTES - headroom
-    warnings: list[str] = []
+    warnings: list[str] = list(bpt_warnings)
+    notes: list[str] = []
     if request.size_gb is not None and request.ratio is not None:
-        warnings.append(f"size wins: ratio {_num(request.ratio)} is ignored, as SGLang does")
+        warnings.append(f"size wins: ratio {num(request.ratio)} is ignored, as SGLang does")
+    ratio_pool = _ratio_pool(request, server, pool)
+    if ratio_pool is not None:
+        notes.append(f"ratio multiplies {ratio_pool}")
+    if per_token is not None:
+        notes.append(f"KV bytes per token {per_token.value:,}: {per_token.note}")
 
-    rule_refusal = _sglang_would_reject(request, server, pool)
+    refused_by: RefusedBy | None = None
+    refusal = sglang_would_reject(request, server, pool)
+    if refusal is not None:
+        refused_by = RefusedBy.SGLANG
     size: HostPoolSize | None = None
-    if rule_refusal is None:
-        size = _host_pool(request, pool, server.page_size)
-        if size is None:
-            rule_refusal = (
-                f"{request.phrase()} needs the device pool's size, which is unknown (no running "
-                "server, startup log or recorded start gives it); ask for a size in GB instead"
-            )
-    if size is not None and rule_refusal is None:
-        rule_refusal = _host_not_larger(request, size, pool, server.version, warnings)
+    if refusal is None:
+        refusal = _undecided(request, server)
+        if refusal is None:
+            size = _host_pool(request, pool, server.page_size, per_token)
+            if size is None:
+                refusal = (
+                    f"{request.phrase()} needs the device pool's size, which is unknown (no "
+                    "running server, startup log or recorded start gives it); ask for a size "
+                    "in GB instead"
+                )
+        if refusal is not None:
+            refused_by = RefusedBy.MISSING_FACTS
+    if size is not None and refusal is None:
+        refusal = host_not_larger(request, size, pool, server.version, warnings)
+        if refusal is not None:
+            refused_by = RefusedBy.SGLANG
 
-    total = None if size is None else size.bytes * server.ranks
+    extras: dict[str, int] = {}
+    per_rank_total: int | None = None
+    if size is not None:
+        extras = extra_bytes(size.bytes, server.host_extras)
+        per_rank_total = size.bytes + sum(extras.values())
+        for extra in server.host_extras:
+            notes.append(
+                f"{extra.name} host pool scaled with the KV host pool as the last start logged "
+                f"({extra.logged_gb:.2f} GB beside {extra.kv_logged_gb:.2f} GB): "
+                f"{extras[extra.name] / GB:.2f} GB per rank"
+            )
+    total = None if per_rank_total is None else per_rank_total * server.ranks
     left = None if total is None else budget - total
-    largest_size = largest_size_within(budget, server.ranks, pool, server.page_size)
-    largest_ratio = largest_ratio_within(budget, server.ranks, pool, server.page_size)
-    if server.version.asserts_host_larger and pool.tokens is not None:
-        # Suggest nothing SGLang <= 0.5.12 would refuse: pools grow with the size and the ratio,
-        # so if the largest that fits is not larger than the device pool, none is.
-        if largest_size and not _larger_than_device(
-            host_pool_for_size(largest_size, pool, server.page_size), pool
-        ):
-            largest_size = 0
-        if largest_ratio and not _larger_than_device(
-            host_pool_for_ratio(largest_ratio, pool, server.page_size), pool
-        ):
-            largest_ratio = 0.0
-    if rule_refusal is not None:
-        verdict, reason = Verdict.REFUSED, _sentence(rule_refusal)
+    largest_size, largest_ratio = _largest(budget, server, pool)
+    if refusal is not None:
+        verdict, reason = Verdict.REFUSED, sentence(refusal)
     else:
         assert size is not None
         assert total is not None
         assert left is not None
         verdict = Verdict.FITS if left >= 0 else Verdict.REFUSED
-        reason = _budget_sentence(
-            request, server.ranks, size, total, memory, free_after_stop, headroom, budget, left
+        reason = budget_sentence(
+            request,
+            server.ranks,
+            size,
+            total,
+            memory,
+            free_after_stop,
+            headroom,
+            budget,
+            left,
+            extras,
         )
         if verdict is Verdict.REFUSED:
-            reason = reason[:-1] + _suggestion(request, largest_size, largest_ratio) + "."
+            refused_by = RefusedBy.BUDGET
+            reason = reason[:-1] + suggestion(request, largest_size, largest_ratio) + "."
     expected = None
     if size is not None:
         expected = estimate_startup_seconds(history, size.bytes / GB)
@@ -254,129 +277,101 @@ def make_plan(
         largest_fitting_ratio=largest_ratio,
         expected_startup_s=expected,
         warnings=tuple(warnings),
+        refused_by=refused_by,
+        bytes_per_token_source=None if per_token is None else per_token.source,
+        bytes_per_token_low=None if per_token is None else per_token.low,
+        bytes_per_token_high=None if per_token is None else per_token.high,
+        bytes_per_token_uncertainty=None if per_token is None else per_token.uncertainty,
+        ratio_pool=ratio_pool,
+        host_extra_bytes_per_rank=extras,
+        per_rank_total_bytes=per_rank_total,
+        notes=tuple(notes),
     )
 
 
-def _larger_than_device(size: HostPoolSize | None, pool: DevicePool) -> bool:
-    return size is None or size.tokens is None or pool.tokens is None or size.tokens > pool.tokens
+def _bytes_per_token(server: ServerFacts) -> tuple[BytesPerToken | None, tuple[str, ...]]:
+    pool = server.device_pool
+    given = pool.bytes_per_token
+    if given is None and pool.logged_kv_gib is None and pool.kv_bytes and pool.tokens:
+        given = pool.kv_bytes / pool.tokens  # exact bytes given, not a logged figure
+    return resolve_bytes_per_token(
+        tokens=pool.tokens,
+        logged_kv_gib=pool.logged_kv_gib,
+        page_size=server.page_size,
+        given=given,
+        shape=server.kv_shape,
+        layer_bytes=server.layer_bytes,
+        speculative=server.speculative,
+    )
 
 
-def _sglang_would_reject(
-    request: ChangeRequest, server: ServerFacts, pool: DevicePool
-) -> str | None:
-    if server.radix_cache_disabled:
-        return (
-            "HiCache cannot run with --disable-radix-cache (SGLang raises ValueError at start); "
-            "remove that flag first"
-        )
-    if request.size_gb is not None:
-        size = request.size_gb
-        if not math.isfinite(size) or size != int(size):
-            hint = ""
-            if math.isfinite(size) and size > 0:
-                hint = f" (try {math.floor(size)} or {math.ceil(size)})"
-            return (
-                f"hicache size '{_num(size)}' is not a whole number of GB; "
-                f"SGLang takes integers{hint}"
-            )
-        if size <= 0:
-            return (
-                f"hicache size '{_num(size)}' must be at least 1 GB per rank "
-                "(0 tells SGLang to use the ratio instead)"
-            )
+def _resolved_pool(server: ServerFacts, per_token: BytesPerToken | None) -> DevicePool:
+    """The device pool with whole bytes per token, and its bytes (as logged when logged)."""
+    pool = server.device_pool
+    value = None if per_token is None else per_token.value
+    kv_bytes = pool.kv_bytes
+    if kv_bytes is None and value is not None and pool.tokens is not None:
+        kv_bytes = float(value * (pool.tokens + server.page_size))
+    tokens = pool.tokens
+    if tokens is None and kv_bytes is not None and value:
+        tokens = int(kv_bytes // value) - server.page_size
+    return DevicePool(
+        tokens=tokens, kv_bytes=kv_bytes, bytes_per_token=value, logged_kv_gib=pool.logged_kv_gib
+    )
+
+
+def _ratio_pool(request: ChangeRequest, server: ServerFacts, pool: DevicePool) -> str | None:
+    """Which pool a ratio multiplies, in words; None for a size or an unknown pool."""
+    if request.size_gb is not None or pool.tokens is None:
         return None
-    assert request.ratio is not None
-    ratio = request.ratio
-    if not math.isfinite(ratio):
-        return f"hicache ratio '{_num(ratio)}' is not a finite number; try 2 or 4"
-    if ratio <= 0:
-        return (
-            f"hicache ratio '{_num(ratio)}' must be greater than 0; "
-            "the host pool is ratio x the device pool"
-        )
-    return None
+    size = "" if pool.logged_kv_gib is None else f", {pool.logged_kv_gib:.2f} GiB per rank"
+    text = f"the target model's device pool ({pool.tokens:,} tokens{size})"
+    if server.device_pool_note:
+        text += f"; {server.device_pool_note}"
+    return text
 
 
-def _host_pool(request: ChangeRequest, pool: DevicePool, page_size: int) -> HostPoolSize | None:
+def _undecided(request: ChangeRequest, server: ServerFacts) -> str | None:
+    if request.size_gb is not None or server.device_pool_undecided is None:
+        return None
+    return (
+        f"{request.phrase()} multiplies the target model's device pool, and the last start's "
+        f"log does not say which pool that is ({server.device_pool_undecided}); ask for a size "
+        "in GB instead"
+    )
+
+
+def _largest(budget: float, server: ServerFacts, pool: DevicePool) -> tuple[int, float | None]:
+    """The largest size and ratio that fit, suggesting nothing SGLang would refuse."""
+    extras = server.host_extras
+    largest_size = largest_size_within(budget, server.ranks, pool, server.page_size, extras)
+    largest_ratio = largest_ratio_within(budget, server.ranks, pool, server.page_size, extras)
+    if server.device_pool_undecided is not None:
+        largest_ratio = None
+    if server.version.asserts_host_larger and pool.tokens is not None:
+        # Suggest nothing SGLang <= 0.5.12 would refuse: pools grow with the size and the ratio,
+        # so if the largest that fits is not larger than the device pool, none is.
+        if largest_size and not larger_than_device(
+            host_pool_for_size(largest_size, pool, server.page_size), pool
+        ):
+            largest_size = 0
+        if largest_ratio and not larger_than_device(
+            host_pool_for_ratio(largest_ratio, pool, server.page_size), pool
+        ):
+            largest_ratio = 0.0
+    return largest_size, largest_ratio
+
+
+def _host_pool(
+    request: ChangeRequest, pool: DevicePool, page_size: int, per_token: BytesPerToken | None
+) -> HostPoolSize | None:
     if request.size_gb is not None:
-        return host_pool_for_size(int(request.size_gb), pool, page_size)
+        size = host_pool_for_size(int(request.size_gb), pool, page_size)
+        if per_token is not None and per_token.low < per_token.value and size.tokens is not None:
+            # An uncertain figure: SGLang's tokens at the true bytes per token can be more,
+            # and its bytes up to one page over the size: count that page at the top.
+            ceiling = int(request.size_gb) * GB + page_size * per_token.value
+            return HostPoolSize(tokens=size.tokens, bytes=max(size.bytes, ceiling))
+        return size
     assert request.ratio is not None
     return host_pool_for_ratio(request.ratio, pool, page_size)
-
-
-def _host_not_larger(
-    request: ChangeRequest,
-    size: HostPoolSize,
-    pool: DevicePool,
-    version: SGLangVersion,
-    warnings: list[str],
-) -> str | None:
-    if size.tokens is None or pool.tokens is None or size.tokens > pool.tokens:
-        return None
-    detail = (
-        f"{request.phrase()} gives a host pool of {size.tokens:,} tokens per rank, "
-        f"not larger than the device pool's {pool.tokens:,}"
-    )
-    if version.asserts_host_larger:
-        return (
-            f'{detail}: SGLang {version} refuses that ("The host memory should be larger than '
-            'the device memory with the current protocol")'
-        )
-    warnings.append(f"{detail}: SGLang {version} starts, but HiCache adds little")
-    return None
-
-
-def _budget_sentence(
-    request: ChangeRequest,
-    ranks: int,
-    size: HostPoolSize,
-    total: float,
-    memory: HostMemory,
-    free_after_stop: float,
-    headroom: float,
-    budget: float,
-    left: float,
-) -> str:
-    """ "ratio 4 needs 8 ranks x 44.75 GB = 358.0 GB; 445.0 GB free after stop - 10.7 GB SGLang
-    reserve - 40.0 GB headroom leaves 394.3 GB: fits with 36.3 GB to spare." """
-    free = f"{free_after_stop / GB:.1f} GB free after stop"
-    if memory.server_held_bytes:
-        free += (
-            f" ({memory.available_bytes / GB:.1f} available + "
-            f"{memory.server_held_bytes / GB:.1f} released by the restart"
-        )
-        if free_after_stop < memory.available_bytes + memory.server_held_bytes:
-            free += ", capped by the cgroup limit"
-        free += ")"
-    elif free_after_stop < memory.available_bytes:
-        free += " (capped by the cgroup limit)"
-    outcome = (
-        f"fits with {left / GB:.1f} GB to spare"
-        if left >= 0
-        else f"refused, {-left / GB:.1f} GB short"
-    )
-    return (
-        f"{request.phrase()} needs {ranks} rank{'s' if ranks != 1 else ''} x "
-        f"{size.bytes / GB:.2f} GB = {total / GB:.1f} GB; {free} - "
-        f"{SGLANG_HOST_RESERVE_BYTES / GB:.1f} GB SGLang reserve - {headroom / GB:.1f} GB headroom "
-        f"leaves {budget / GB:.1f} GB: {outcome}."
-    )
-
-
-def _suggestion(request: ChangeRequest, largest_size: int, largest_ratio: float | None) -> str:
-    if request.mode == "ratio" and largest_ratio:
-        return f"; at most ratio {largest_ratio:g} fits (or size {largest_size} GB/rank)"
-    if largest_size > 0:
-        return f"; at most size {largest_size} GB/rank fits"
-    return "; no HiCache size fits this host now"
-
-
-def _sentence(text: str) -> str:
-    return text if text.endswith(".") else text + "."
-
-
-def _num(value: float) -> str:
-    """4.0 -> "4", 44.5 -> "44.5", nan -> "nan"."""
-    if math.isfinite(value) and value == int(value):
-        return str(int(value))
-    return f"{value:g}"

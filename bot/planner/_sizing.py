@@ -1,5 +1,4 @@
-"""SGLang's host-pool sizing rule, per rank (``mem_cache/memory_pool_host.py`` in 0.5.9,
-``mem_cache/pool_host/base.py`` in 0.5.23)::
+"""SGLang's host-pool sizing rule, per rank (docs/sglang.md, Host pool sizing)::
 
     if hicache_size > 0:  tokens = int(hicache_size * 1e9 // size_per_token)
     else:                 tokens = int(device_tokens * hicache_ratio)
@@ -7,14 +6,15 @@
     tokens = pages * page_size
     bytes = tokens * size_per_token
 
-``size_per_token`` need not be known from the model shape: it is the device pool's KV bytes divided
-by its tokens (``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB`` gives ~70,247 B/token
-for a 70,272 B/token model: the log rounds the GiB to two decimals).
+``size_per_token`` comes from the model's config or the logged device pool (``_per_token``).
+Extra host pools (a DSA indexer's) hold the same tokens as the KV host pool, so they grow with
+it in the proportion the last start logged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.planner._units import GB, GiB
@@ -22,26 +22,25 @@ from bot.planner._units import GB, GiB
 
 @dataclass(frozen=True)
 class DevicePool:
-    """What is known of one rank's device KV pool; any two of the three figures give the third."""
+    """What is known of one rank's device KV pool (the target model's).
+
+    ``logged_kv_gib`` is the pool's size as SGLang logs it (GiB, two decimals); ``kv_bytes`` and
+    ``bytes_per_token`` are exact figures when someone knows them.
+    """
 
     tokens: int | None = None
     kv_bytes: float | None = None
     bytes_per_token: float | None = None
+    logged_kv_gib: float | None = None
 
     @classmethod
     def from_log(cls, tokens: int | None, kv_gib: float | None) -> DevicePool:
-        """From ``#tokens: N, KV size: X GB`` (X in GiB), as SGLang logs it."""
-        return cls(tokens=tokens, kv_bytes=None if kv_gib is None else kv_gib * GiB)
-
-    def resolved(self) -> DevicePool:
-        tokens, kv_bytes, per_token = self.tokens, self.kv_bytes, self.bytes_per_token
-        if per_token is None and tokens and kv_bytes is not None:
-            per_token = kv_bytes / tokens
-        if kv_bytes is None and tokens is not None and per_token is not None:
-            kv_bytes = tokens * per_token
-        if tokens is None and kv_bytes is not None and per_token:
-            tokens = int(kv_bytes // per_token)
-        return DevicePool(tokens=tokens, kv_bytes=kv_bytes, bytes_per_token=per_token)
+        """From ``#tokens: N, KV size: X GB`` (X in GiB, rounded to two decimals), as logged."""
+        return cls(
+            tokens=tokens,
+            kv_bytes=None if kv_gib is None else kv_gib * GiB,
+            logged_kv_gib=kv_gib,
+        )
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,36 @@ class HostPoolSize:
     """One rank's host pool: tokens (None when the bytes per token are unknown) and bytes."""
 
     tokens: int | None
-    bytes: float
+    bytes: int
 
     @property
     def gb(self) -> float:
         return self.bytes / GB
+
+
+@dataclass(frozen=True)
+class HostExtra:
+    """Another host allocation of each rank, as the last start logged it beside the KV host
+    pool: ``Allocating 29.02 GB host memory for DSA indexer`` next to a 126.61 GB KV pool."""
+
+    name: str
+    logged_gb: float
+    kv_logged_gb: float
+
+    @property
+    def factor(self) -> float:
+        """Its bytes per KV host pool byte, at the top of the two-decimal rounding of both."""
+        return (self.logged_gb + 0.005) / max(self.kv_logged_gb - 0.005, 0.005)
+
+
+def extra_bytes(kv_bytes: int, extras: Sequence[HostExtra]) -> dict[str, int]:
+    """Each extra host pool's bytes for a KV host pool of ``kv_bytes``, scaled as logged."""
+    return {extra.name: math.ceil(kv_bytes * extra.factor) for extra in extras}
+
+
+def with_extras(kv_bytes: int, extras: Sequence[HostExtra]) -> int:
+    """All host RAM of one rank: the KV host pool and every extra pool."""
+    return kv_bytes + sum(extra_bytes(kv_bytes, extras).values())
 
 
 def host_pool_for_size(size_gb: int, pool: DevicePool, page_size: int) -> HostPoolSize:
@@ -61,9 +85,9 @@ def host_pool_for_size(size_gb: int, pool: DevicePool, page_size: int) -> HostPo
     per_token = pool.bytes_per_token
     if not per_token:
         # Without the bytes per token the page rounding is unknowable; it is under one page.
-        return HostPoolSize(tokens=None, bytes=float(size_gb * GB))
+        return HostPoolSize(tokens=None, bytes=size_gb * GB)
     tokens = _page_aligned(int(size_gb * GB // per_token), page_size)
-    return HostPoolSize(tokens=tokens, bytes=tokens * per_token)
+    return HostPoolSize(tokens=tokens, bytes=math.ceil(tokens * per_token))
 
 
 def host_tokens_for_ratio(device_tokens: int, ratio: float, page_size: int) -> int:
@@ -78,36 +102,55 @@ def host_pool_for_ratio(ratio: float, pool: DevicePool, page_size: int) -> HostP
     if pool.tokens is not None:
         tokens = host_tokens_for_ratio(pool.tokens, ratio, page_size)
         if pool.bytes_per_token:
-            return HostPoolSize(tokens=tokens, bytes=tokens * pool.bytes_per_token)
+            return HostPoolSize(tokens=tokens, bytes=math.ceil(tokens * pool.bytes_per_token))
         return None
     if pool.kv_bytes is not None:
-        return HostPoolSize(tokens=None, bytes=pool.kv_bytes * ratio)
+        return HostPoolSize(tokens=None, bytes=math.ceil(pool.kv_bytes * ratio))
     return None
 
 
-def largest_size_within(budget_bytes: float, ranks: int, pool: DevicePool, page_size: int) -> int:
-    """The largest whole ``--hicache-size`` whose pools on all ranks fit ``budget_bytes``
-    (0 if none does)."""
+def largest_size_within(
+    budget_bytes: float,
+    ranks: int,
+    pool: DevicePool,
+    page_size: int,
+    extras: Sequence[HostExtra] = (),
+) -> int:
+    """The largest whole ``--hicache-size`` whose pools (and extra pools) on all ranks fit
+    ``budget_bytes`` (0 if none does)."""
     if budget_bytes <= 0:
         return 0
     size = int(budget_bytes / ranks // GB)
-    while size > 0 and host_pool_for_size(size, pool, page_size).bytes * ranks > budget_bytes:
+
+    def needed(size: int) -> int:
+        return with_extras(host_pool_for_size(size, pool, page_size).bytes, extras) * ranks
+
+    while size > 0 and needed(size) > budget_bytes:
         size -= 1
     return size
 
 
 def largest_ratio_within(
-    budget_bytes: float, ranks: int, pool: DevicePool, page_size: int
+    budget_bytes: float,
+    ranks: int,
+    pool: DevicePool,
+    page_size: int,
+    extras: Sequence[HostExtra] = (),
 ) -> float | None:
     """The largest ratio, to one decimal, that fits ``budget_bytes`` (None if the pool is
     unknown)."""
-    per_rank_pool = pool.kv_bytes
-    if per_rank_pool is None or per_rank_pool <= 0:
+    # Host bytes per unit of ratio: the device tokens at their bytes (or the pool's bytes),
+    # with the extra pools; the loop below only corrects the page rounding.
+    per_ratio = pool.kv_bytes
+    if pool.tokens and pool.bytes_per_token:
+        per_ratio = pool.tokens * pool.bytes_per_token
+    if per_ratio is None or per_ratio <= 0:
         return None
-    ratio = math.floor(budget_bytes / ranks / per_rank_pool * 10) / 10
+    per_ratio *= 1 + sum(extra.factor for extra in extras)
+    ratio = math.floor(budget_bytes / ranks / per_ratio * 10) / 10
     while ratio > 0:
         size = host_pool_for_ratio(ratio, pool, page_size)
-        if size is None or size.bytes * ranks <= budget_bytes:
+        if size is None or with_extras(size.bytes, extras) * ranks <= budget_bytes:
             break
         ratio = round(ratio - 0.1, 1)
     return max(ratio, 0.0)

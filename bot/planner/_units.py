@@ -1,4 +1,4 @@
-"""Byte units, spelled out because SGLang mixes them (SGLANG_FACTS.md section 1, UNITS TRAP).
+"""Byte units, spelled out because SGLang mixes them (docs/sglang.md, Host pool sizing).
 
 The device line ``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB`` counts in GiB
 (1024**3 bytes); the host line ``Allocating 44.77 GB host memory ...`` and ``--hicache-size`` count

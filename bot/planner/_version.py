@@ -1,4 +1,7 @@
-"""SGLang versions and what changes between them for HiCache sizing (SGLANG_FACTS.md section 1)."""
+"""SGLang versions and what changes between them for HiCache sizing.
+
+See docs/sglang.md, Host pool sizing.
+"""
 
 from __future__ import annotations
 

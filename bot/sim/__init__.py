@@ -5,14 +5,16 @@ It prints SGLang's real startup log lines with configurable timings, serves ``/h
 against a host profile, sharing the simulated host's RAM and GPU memory with other simulators
 through a small state file. It never allocates the memory it reports.
 
-Environment: ``KIMI_SIM_PROFILE`` (a shipped name such as ``kimi-k25-8gpu`` or a JSON path),
+Environment: ``KIMI_SIM_PROFILE`` (a shipped name such as ``kimi-k25-8gpu``, ``small-2gpu`` and
+its ``-draft``, ``-hybrid`` and ``-dsa`` variants, or a JSON path; ``model_dir(name)`` holds the
+profile's ``config.json`` for ``--model-path``),
 ``KIMI_SIM_TIME_SCALE`` (duration scale, 1.0 = real time), ``KIMI_SIM_VERSION`` (``0.5.9`` or
 ``0.5.23``), ``KIMI_SIM_STATE_DIR``, ``KIMI_SIM_FAIL`` and ``KIMI_SIM_LOAD``.
 """
 
 from __future__ import annotations
 
-from bot.sim._profile import HostProfile, load_profile
+from bot.sim._profile import HostProfile, load_profile, model_dir, profile_names
 from bot.sim._settings import state_dir_for
 from bot.sim._state import (
     HostSnapshot,
@@ -29,6 +31,8 @@ __all__ = [
     "SimGpuProcess",
     "SimServerRecord",
     "load_profile",
+    "model_dir",
+    "profile_names",
     "read_host_state",
     "state_dir_for",
 ]

@@ -1,6 +1,6 @@
 """The message part of every SGLang log line the simulator prints, per dialect.
 
-``old`` is the 0.5.8/0.5.9 dialect, ``new`` is 0.5.23's (SGLANG_FACTS.md section 3), e.g.
+``old`` is the 0.5.8/0.5.9 dialect, ``new`` is 0.5.23's (docs/sglang.md, Startup log), e.g.
 ``KV Cache is allocated. #tokens: 231120, KV size: 15.13 GB`` (old) against
 ``KV Cache is allocated. dtype: torch.bfloat16, #tokens: 231120, KV size: 15.13 GB`` (new).
 GB in device lines is GiB; GB in the host pool line is 1e9 bytes.
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 __all__ = [
     "allocating_host",
+    "allocating_host_extra",
     "capture_begin",
     "capture_end",
     "decode_batch",
+    "host_extra_error",
     "host_memory_error",
     "init_begin",
     "init_end",
@@ -71,9 +73,15 @@ def load_end(new: bool, elapsed: float, arch: str, avail: float, usage: float) -
     )
 
 
-def kv_allocated(new: bool, dtype: str, tokens: int, size_gib: float) -> str:
+def kv_allocated(new: bool, dtype: str, tokens: int, size_gib: float, mha: bool = False) -> str:
+    """MLA logs one ``KV size``; MHA logs ``K size`` and ``V size``, half each."""
     middle = f"dtype: {dtype}, " if new else ""
-    return f"KV Cache is allocated. {middle}#tokens: {tokens}, KV size: {size_gib:.2f} GB"
+    if mha:
+        half = size_gib / 2
+        sizes = f"K size: {half:.2f} GB, V size: {half:.2f} GB"
+    else:
+        sizes = f"KV size: {size_gib:.2f} GB"
+    return f"KV Cache is allocated. {middle}#tokens: {tokens}, {sizes}"
 
 
 def memory_pool_end(avail: float) -> str:
@@ -119,10 +127,22 @@ def allocating_host(new: bool, tokens: int, gb: float) -> str:
     return f"Allocating {gb:.2f} GB host memory for hierarchical KV cache."
 
 
+def allocating_host_extra(name: str, gb: float) -> str:
+    """Another host allocation beside the KV host pool (0.5.23's DSA indexer)."""
+    return f"Allocating {gb:.2f} GB host memory for {name} (layout=page_first)."
+
+
 def host_memory_error(requested_gb: float, free_gb: float) -> str:
     return (
         f"Not enough host memory available. Requesting {requested_gb:.2f} GB but only have "
         f"{free_gb:.2f} GB free. Please reduce the size of the hierarchical cache."
+    )
+
+
+def host_extra_error(name: str, requested_gb: float, free_gb: float) -> str:
+    return (
+        f"Not enough host memory for {name} hierarchical cache. Requesting {requested_gb:.2f} GB "
+        f"but only have {free_gb:.2f} GB free."
     )
 
 

@@ -3,6 +3,18 @@
 A profile is a JSON file, either shipped in ``bot/sim/profiles/<name>.json`` or given by path.
 RAM figures are GB of 1e9 bytes (as SGLang's host pool line prints them); GPU figures are GiB
 (as SGLang's device lines print them). Durations are seconds at time scale 1 (real time).
+
+Optional model shapes seen in real deployments (docs/sglang.md, Seen in real deployments):
+
+- ``draft_kv_bytes_per_token``: a speculative-decoding draft model whose own, far smaller pool
+  (same tokens) is logged after the target's CUDA graphs, as SGLang's EAGLE worker does;
+- ``hybrid_pools``: pools logged before the target's, e.g. ``[{"tokens_fraction": 0.8,
+  "kv_bytes_per_token": 4096}]`` for a sliding-window pool of 0.8 x the target's tokens;
+- ``host_extra_pools``: other host allocations per rank beside the KV host pool, by name, in bytes
+  per host token: ``{"DSA indexer": 10296}`` logs ``Allocating X GB host memory for DSA indexer``.
+
+Each shipped profile's model files (``config.json``, ``model.safetensors.index.json``, no weights)
+are in ``bot/sim/models/<name>/``, for ``--model-path``.
 """
 
 from __future__ import annotations
@@ -18,9 +30,10 @@ from typing import Any
 from bot.errors import SimError
 from bot.sim._sizing import GIB
 
-__all__ = ["PHASES", "HostProfile", "load_profile", "profile_names"]
+__all__ = ["PHASES", "HostProfile", "HybridPool", "load_profile", "model_dir", "profile_names"]
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
+MODELS_DIR = Path(__file__).with_name("models")
 
 #: Startup phases with a duration in every profile, in the order a start runs them.
 PHASES = (
@@ -33,6 +46,14 @@ PHASES = (
     "http",
     "warmup",
 )
+
+
+@dataclass(frozen=True)
+class HybridPool:
+    """A device pool logged before the target's: ``tokens_fraction`` of its tokens."""
+
+    tokens_fraction: float
+    kv_bytes_per_token: int
 
 
 @dataclass(frozen=True)
@@ -67,6 +88,9 @@ class HostProfile:
     server_ram_gb_per_rank: float = 4.0
     server_ram_gb_main: float = 2.0
     leftover_release_s: float = 26.0
+    draft_kv_bytes_per_token: int = 0
+    hybrid_pools: tuple[HybridPool, ...] = ()
+    host_extra_pools: tuple[tuple[str, int], ...] = ()
     description: str = ""
     source: str = ""
 
@@ -101,6 +125,14 @@ class HostProfile:
                 break
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
         return max(0, round(lo[1] + slope * (fraction - lo[0])))
+
+
+def model_dir(profile_name: str) -> Path:
+    """The model directory shipped for a profile (``config.json`` and the safetensors index)."""
+    path = MODELS_DIR / profile_name
+    if not (path / "config.json").is_file():
+        raise SimError(f"no model files are shipped for profile {profile_name!r}")
+    return path
 
 
 def profile_names() -> list[str]:
@@ -178,8 +210,45 @@ def _build(raw: Mapping[str, Any], source: str) -> HostProfile:
     if values["ram_available_gb"] > values["ram_total_gb"]:
         raise SimError(f"host profile {source!r}: ram_available_gb exceeds ram_total_gb")
     values["device_tokens"] = _device_table(raw.get("device_tokens"), source)
+    values.update(_model_shapes(raw, source))
     values["phase_seconds"] = _phases(raw.get("phase_seconds"), source)
     return HostProfile(**values)
+
+
+def _model_shapes(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The optional draft, hybrid and extra host pools, validated."""
+    out: dict[str, Any] = {}
+    draft = raw.get("draft_kv_bytes_per_token", 0)
+    if isinstance(draft, bool) or not isinstance(draft, int) or draft < 0:
+        raise SimError(f"host profile {source!r}: draft_kv_bytes_per_token must be a count >= 0")
+    out["draft_kv_bytes_per_token"] = draft
+    pools: list[HybridPool] = []
+    for item in raw.get("hybrid_pools", []):
+        fraction = item.get("tokens_fraction") if isinstance(item, dict) else None
+        per_token = item.get("kv_bytes_per_token") if isinstance(item, dict) else None
+        if (
+            not isinstance(fraction, int | float)
+            or not 0 < fraction <= 4
+            or not isinstance(per_token, int)
+            or per_token <= 0
+        ):
+            raise SimError(
+                f"host profile {source!r}: each hybrid_pools entry needs tokens_fraction in "
+                '(0, 4] and kv_bytes_per_token > 0, e.g. {"tokens_fraction": 0.8, '
+                '"kv_bytes_per_token": 4096}'
+            )
+        pools.append(HybridPool(float(fraction), per_token))
+    out["hybrid_pools"] = tuple(pools)
+    extras = raw.get("host_extra_pools", {})
+    if not isinstance(extras, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in extras.values()
+    ):
+        raise SimError(
+            f"host profile {source!r}: host_extra_pools must map a name to bytes per host "
+            'token, e.g. {"DSA indexer": 10296}'
+        )
+    out["host_extra_pools"] = tuple((str(k), int(v)) for k, v in extras.items())
+    return out
 
 
 def _field(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], source: str) -> Any:

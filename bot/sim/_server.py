@@ -86,7 +86,17 @@ class Simulation:
         if args.max_total_tokens:
             tokens = min(tokens, args.max_total_tokens)
         self.device_tokens = tokens
-        self.kv_gib = kv_gib(tokens, self.p.kv_bytes_per_token)
+        self.kv_gib = kv_gib(tokens, self.p.kv_bytes_per_token, args.page_size)
+        # Pools of a hybrid model logged before the target's, and a draft model's after graphs.
+        self.hybrid = [
+            (round(tokens * pool.tokens_fraction), pool.kv_bytes_per_token)
+            for pool in self.p.hybrid_pools
+        ]
+        self.draft_gib = (
+            kv_gib(tokens, self.p.draft_kv_bytes_per_token, args.page_size)
+            if self.p.draft_kv_bytes_per_token
+            else 0.0
+        )
         self.pool: HostPool | None = None
         if args.enable_hierarchical_cache:
             self.pool = host_pool(
@@ -122,6 +132,10 @@ class Simulation:
         """One line per rank, in the shuffled order concurrent processes print them."""
         for rank in self.rng.sample(self.ranks, len(self.ranks)):
             self.log.line(message(rank), rank.prefix)
+
+    def each_line(self, message: str) -> None:
+        """The same message from every rank, in shuffled order."""
+        self.each_rank(lambda r: message)
 
     def rank0(self, message: str) -> None:
         self.log.line(message, self.ranks[0].prefix)
@@ -219,11 +233,20 @@ class Simulation:
 
         self.rank0(f"Using KV cache dtype: {p.kv_cache_dtype}")
         self.sleep(p.phase("kv_pool"))
+        mha = p.attention.upper() == "MHA"
+        hybrid_gib = 0.0
+        for tokens, per_token in self.hybrid:
+            size = kv_gib(tokens, per_token, args.page_size)
+            hybrid_gib += size
+            line = _lines.kv_allocated(new, p.kv_cache_dtype, tokens, size, mha)
+            self.each_line(line)
         self.each_rank(
-            lambda r: _lines.kv_allocated(new, p.kv_cache_dtype, self.device_tokens, self.kv_gib)
+            lambda r: _lines.kv_allocated(
+                new, p.kv_cache_dtype, self.device_tokens, self.kv_gib, mha
+            )
         )
-        avail -= self.kv_gib + p.other_pools_gib
-        self.set_gpu(self.gpu_gib + self.kv_gib + p.other_pools_gib)
+        avail -= self.kv_gib + hybrid_gib + p.other_pools_gib
+        self.set_gpu(self.gpu_gib + self.kv_gib + hybrid_gib + p.other_pools_gib)
         self.each_rank(lambda r: _lines.memory_pool_end(avail))
         self.check_stall("kv_pool")
 
@@ -237,6 +260,17 @@ class Simulation:
         self.each_rank(
             lambda r: _lines.capture_end(new, self.jitter(elapsed), p.cuda_graph_gib, avail)
         )
+        if self.draft_gib:
+            # SGLang's EAGLE worker builds the draft model's runner after the target's graphs.
+            self.sleep(p.phase("kv_pool"))
+            self.each_rank(
+                lambda r: _lines.kv_allocated(
+                    new, p.kv_cache_dtype, self.device_tokens, self.draft_gib, mha
+                )
+            )
+            avail -= self.draft_gib
+            self.set_gpu(self.gpu_gib + self.draft_gib)
+            self.each_rank(lambda r: _lines.memory_pool_end(avail))
         self.rank0(
             _lines.max_total_num_tokens(
                 self.device_tokens,
@@ -355,8 +389,23 @@ class Simulation:
         self.each_rank(lambda r: _lines.allocating_host(new, pool.tokens, pool.gb))
         self.host_bytes += pool.bytes * len(self.ranks)
         self.store.update(self.pid, host_bytes=self.host_bytes)
+        pinned = pool.bytes
+        for name, per_token in self.p.host_extra_pools:
+            # A DSA indexer holds the KV host pool's tokens: allocated after it, RAM all the same.
+            extra = pool.tokens * per_token
+            if extra > budget - pool.bytes:
+                message = _lines.host_extra_error(name, extra / 1e9, (budget - pool.bytes) / 1e9)
+                text = scheduler_traceback("host_pool", f"ValueError: {message}")
+                self.log.line(f"Scheduler hit an exception: {text}", self.ranks[0].prefix)
+                self.log.line(_lines.SIGQUIT)
+                self.kill_tree(release=True)
+            line = _lines.allocating_host_extra(name, extra / 1e9)
+            self.each_line(line)
+            self.host_bytes += extra * len(self.ranks)
+            self.store.update(self.pid, host_bytes=self.host_bytes)
+            pinned += extra
         held = others + self.host_bytes
-        pin_s = pool.gb / self.p.pin_gb_per_s * self.s.failures.slow_pin
+        pin_s = pinned / 1e9 / self.p.pin_gb_per_s * self.s.failures.slow_pin
         if held > self.p.ram_available_bytes:
             # The ranks pin at once; about when RAM runs out, the kernel OOM killer strikes.
             self.sleep(pin_s * self.p.ram_available_bytes / held)

@@ -1,4 +1,4 @@
-"""SGLang's sizing rules as the simulated server applies them (SGLANG_FACTS.md section 1)."""
+"""SGLang's sizing rules as the simulated server applies them (docs/sglang.md, Host pool sizing)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def host_pool(
     return HostPool(tokens=tokens, bytes=tokens * size_per_token)
 
 
-def kv_gib(tokens: int, size_per_token: int) -> float:
-    """Device KV pool size in GiB, as ``KV Cache is allocated. ... KV size: X GB`` prints it."""
-    return tokens * size_per_token / GIB
+def kv_gib(tokens: int, size_per_token: int, page_size: int = 1) -> float:
+    """Device KV pool size in GiB, as ``KV Cache is allocated. ... KV size: X GB`` prints it:
+    SGLang's buffer holds ``tokens + page_size`` rows (one padding page)."""
+    return (tokens + page_size) * size_per_token / GIB

@@ -4,7 +4,8 @@ One small JSON file per state directory (``host-state.json``), rewritten atomica
 ``flock`` so several simulators (and strays) on one simulated host see each other. A record
 whose process is gone (SIGKILL included: checked by pid, start time and zombie status) keeps
 its GPU memory "held" on the GPUs that were pinning until ``release_after_s`` past its last
-heartbeat, as pinned pools are unpinned slowly by the kernel after a kill (#32829).
+heartbeat, as pinned pools are unpinned slowly by the kernel after a kill (docs/sglang.md,
+Failure and teardown).
 """
 
 from __future__ import annotations

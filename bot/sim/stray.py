@@ -1,9 +1,9 @@
 """``python -m bot.sim.stray --gpus 0,1 [--gib 20]``: a leftover SGLang scheduler.
 
 It registers itself in the simulated host's state as a compute process holding ``--gib`` GiB on
-each listed GPU (as orphaned ``sglang::scheduler_TP*`` processes do, #23627 / #31645), names
-itself ``sglang::scheduler_TP0`` where the OS allows it, and sleeps until killed. Its memory is
-freed when it exits (a stray holds no pinned host pool).
+each listed GPU (as orphaned ``sglang::scheduler_TP*`` processes do: docs/sglang.md, Failure
+and teardown), names itself ``sglang::scheduler_TP0`` where the OS allows it, and sleeps until
+killed. Its memory is freed when it exits (a stray holds no pinned host pool).
 """
 
 from __future__ import annotations

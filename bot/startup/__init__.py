@@ -2,13 +2,15 @@
 
 ``StartupParser`` is pure (text in, events out) and incremental: the agent feeds it the log as
 it grows. ``build_report`` folds events into a ``StartupReport``; ``read_startup_report`` does
-both for a file on disk.
+both for a file on disk. ``FailureKind`` is ``bot.vocab``'s: the parser tells the kinds in
+``bot.vocab.LOG_FAILURE_KINDS``.
 """
 
 from __future__ import annotations
 
 from bot.startup._file import read_startup_report
 from bot.startup.events import (
+    KV_HOST_POOL,
     DevicePool,
     Dialect,
     DialectDetected,
@@ -20,13 +22,23 @@ from bot.startup.events import (
     MaxTotalTokens,
     Phase,
     PhaseStarted,
+    PoolKind,
     RankSeen,
     ShardProgress,
 )
 from bot.startup.parser import StartupParser
-from bot.startup.report import Failure, PhaseSpan, ReportBuilder, StartupReport, build_report
+from bot.startup.report import (
+    Failure,
+    PhaseSpan,
+    PoolFigures,
+    ReportBuilder,
+    StartupReport,
+    build_report,
+    classify_pools,
+)
 
 __all__ = [
+    "KV_HOST_POOL",
     "DevicePool",
     "Dialect",
     "DialectDetected",
@@ -40,11 +52,14 @@ __all__ = [
     "Phase",
     "PhaseSpan",
     "PhaseStarted",
+    "PoolFigures",
+    "PoolKind",
     "RankSeen",
     "ReportBuilder",
     "ShardProgress",
     "StartupParser",
     "StartupReport",
     "build_report",
+    "classify_pools",
     "read_startup_report",
 ]

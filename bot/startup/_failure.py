@@ -22,12 +22,16 @@ from bot.startup.events import FailureKind, FailureSeen
 
 __all__ = ["FailureTracker"]
 
-# Texts that name a cause, quoted from SGLang (SGLANG_FACTS.md sections 1 and 5).
+# Texts that name a cause, quoted from SGLang (docs/sglang.md, Host pool sizing; Failure and
+# teardown).
 _SPECIFIC: tuple[tuple[FailureKind, tuple[str, ...]], ...] = (
     (
         FailureKind.HOST_MEMORY,
         (
             "Not enough host memory available. Requesting ",
+            # An extra host pool's own check: "Not enough host memory for DSA indexer
+            # hierarchical cache. Requesting 29.02 GB but only have 12.40 GB free."
+            "hierarchical cache. Requesting ",
             # <= 0.5.12 asserts that the host pool is larger than the device pool.
             "The host memory should be larger than the device memory",
         ),

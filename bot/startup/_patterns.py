@@ -23,7 +23,10 @@ EOL = re.compile(r"[\r\n]")
 #   INFO:     127.0.0.1:45678 - "POST /generate HTTP/1.1" 200 OK
 # (the access line also comes with SGLang's "[date] " in front). Any access line except
 # /model_info, which is the warmup. An empty line is skipped too.
-_SKIP = r'(?:\[[^\]\r\n]*\] )?(?:(?:Decode|Prefill) batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
+_SKIP = (
+    r"(?:\d{4}-\d\d-\d\dT[\d:.]+\S* )?"  # a container runtime's timestamp (RUNTIME_STAMP)
+    r'(?:\[[^\]\r\n]*\] )?(?:(?:Decode|Prefill) batch[.,]|INFO: +\S+ - "[A-Z]+ /(?!model_info))'
+)
 # At the start of a piece of a line (between "\r" and "\n" separators).
 SKIP_LINE = re.compile(_SKIP)
 # A "\n" followed by a line worth reading; the line starts at the match's end. The pattern starts
@@ -36,6 +39,10 @@ WORTH_READING = re.compile(r"\n(?!\n|" + _SKIP + r")")
 # some SGLang builds log the date without its year: "[01-28 04:18:10] ".
 HEADER = re.compile(r"\[((?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\] ?")
 
+# A container runtime's own timestamp before SGLang's line (docker logs --timestamps, kubectl
+# logs --timestamps): "2026-09-23T08:10:52.751329980Z [2026-09-23 08:10:52 DP2 TP2] ...".
+RUNTIME_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+
 # Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]
 SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
 
@@ -45,8 +52,10 @@ GRAPHS = re.compile(r"Capturing batches[^|]*\|[^|]*\| *(\d+)/(\d+)")
 # KV Cache is allocated. #tokens: 231120, KV size: 15.13 GB
 # KV Cache is allocated. #tokens: 231120, K size: 7.50 GB, V size: 7.50 GB
 # KV Cache is allocated. dtype: torch.bfloat16, #tokens: 159274, KV size: 10.42 GB   (0.5.23)
+# KV Cache is allocated. K size: 3.10 GB, V size: 3.10 GB.   (older builds: no #tokens)
+# 0.5.23 may put a label before "KV Cache" (group 1); searched, not matched, from the message.
 DEVICE_POOL = re.compile(
-    r"KV Cache is allocated\. (?:dtype: ([^,]+), )?#tokens: (\d+), "
+    r"(?:^|(\S+) )KV Cache is allocated\. (?:dtype: ([^,]+), )?(?:#tokens: (\d+), )?"
     r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
 )
 
@@ -56,6 +65,10 @@ HOST_POOL_OLD = re.compile(r"Allocating ([\d.]+) GB host memory for hierarchical
 HOST_POOL_NEW = re.compile(
     r"Allocating (\S+) hierarchical KV host pool: (\d+) tokens, ([\d.]+) GB host memory"
 )
+# Any other host allocation, named after "for" up to " (", "," or the final ".":
+# Allocating 29.02 GB host memory for DSA indexer (layout=page_first).
+# Allocating 29.02 GB host memory for DSA indexer (layout=page_first), packed MTP layers: ...
+HOST_EXTRA = re.compile(r"Allocating ([\d.]+) GB host memory for ([^(,]+?) ?(?:\(|,|\.?$)")
 
 # max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")

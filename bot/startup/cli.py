@@ -12,7 +12,7 @@ import sys
 from datetime import datetime
 
 from bot.startup._file import read_startup_report
-from bot.startup.report import StartupReport
+from bot.startup.report import NO_RANK, PoolFigures, StartupReport
 
 __all__ = ["configure", "render_text", "run"]
 
@@ -98,7 +98,9 @@ def _verdict(report: StartupReport) -> str:
 
 def _figures(report: StartupReport) -> list[str]:
     lines: list[str] = []
-    if report.ranks:
+    if report.ranks == (NO_RANK,):
+        lines.append("ranks: 1 (no rank prefix: a single-process server)")
+    elif report.ranks:
         lines.append(f"ranks: {len(report.ranks)} ({', '.join(report.ranks)})")
     if report.shards is not None:
         lines.append(f"weights: {report.shards[0]}/{report.shards[1]} shards loaded")
@@ -108,7 +110,28 @@ def _figures(report: StartupReport) -> list[str]:
         lines.append(f"device KV pool: {report.device_tokens:,} tokens (max_total_num_tokens)")
     if report.kv_gib_per_rank:
         lines.append("device KV GiB per rank: " + _per_rank(report.kv_gib_per_rank))
-    if report.host_gb_per_rank:
+    if report.device_pool_undecided is not None:
+        lines.append(f"device KV pool undecided: {report.device_pool_undecided}")
+    if len(report.pools) > 1:
+        lines.append("device pools of a rank: " + "; ".join(_pool(p) for p in report.pools))
+    if report.draft_pool is not None:
+        draft = report.draft_pool
+        lines.append(
+            f"draft pool (beside the device pool, not counted in it): {draft.tokens or 0:,} "
+            f"tokens, {draft.kv_gib:.2f} GiB"
+        )
+    if report.host_extra_gb_per_rank:
+        lines.append("host KV pool GB per rank: " + _per_rank(report.host_gb_per_rank))
+        names = sorted({n for extras in report.host_extra_gb_per_rank.values() for n in extras})
+        for name in names:
+            values = {r: e[name] for r, e in report.host_extra_gb_per_rank.items() if name in e}
+            lines.append(f"host {name} GB per rank: " + _per_rank(values))
+        lines.append(
+            "host RAM GB per rank (all host pools): "
+            + _per_rank(report.host_total_gb_per_rank)
+            + f"; total {report.host_gb_total:.2f} GB"
+        )
+    elif report.host_gb_per_rank:
         lines.append(
             "host pool GB per rank: "
             + _per_rank(report.host_gb_per_rank)
@@ -117,6 +140,12 @@ def _figures(report: StartupReport) -> list[str]:
     if report.host_tokens_per_rank:
         lines.append("host pool tokens per rank: " + _per_rank(report.host_tokens_per_rank))
     return lines
+
+
+def _pool(pool: PoolFigures) -> str:
+    tokens = "? tokens" if pool.tokens is None else f"{pool.tokens:,} tokens"
+    label = "" if pool.label is None else f" '{pool.label}'"
+    return f"{pool.kind.value}{label} {tokens}, {pool.kv_gib:.2f} GiB"
 
 
 def _per_rank(values: dict[str, float] | dict[str, int]) -> str:

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from bot.vocab import FailureKind
+
 __all__ = [
+    "KV_HOST_POOL",
     "DevicePool",
     "Dialect",
     "DialectDetected",
@@ -25,6 +28,7 @@ __all__ = [
     "MaxTotalTokens",
     "Phase",
     "PhaseStarted",
+    "PoolKind",
     "RankSeen",
     "ShardProgress",
 ]
@@ -46,14 +50,15 @@ class Phase(StrEnum):
 PHASE_ORDER: tuple[Phase, ...] = tuple(Phase)
 
 
-class FailureKind(StrEnum):
-    """Why a start failed, from the most specific cause the log names (``crash`` when none)."""
+class PoolKind(StrEnum):
+    """What a device KV pool of one rank holds (docs/sglang.md, Seen in real deployments)."""
 
-    HOST_MEMORY = "host_memory"
-    GPU_BUSY = "gpu_busy"
-    GPU_MEMORY = "gpu_memory"
-    OOM_KILLED = "oom_killed"
-    CRASH = "crash"
+    # The pool SGLang counts as ``max_total_num_tokens``: what a HiCache ratio multiplies.
+    TARGET = "target"
+    # A speculative-decoding draft model's pool (EAGLE, MTP), logged once CUDA graphs began.
+    DRAFT = "draft"
+    # Another pool of the target model: a hybrid model's sliding-window pool, for instance.
+    OTHER = "other"
 
 
 class Dialect(StrEnum):
@@ -126,38 +131,52 @@ class GraphProgress:
 
 @dataclass(frozen=True, slots=True)
 class DevicePool:
-    """One rank's device KV pool.
+    """One device KV pool of one rank; a rank can log several in one start.
 
     ``KV Cache is allocated. #tokens: 159274, KV size: 10.42 GB`` gives ``tokens=159274,
     kv_gib=10.42``. SGLang's GB here is GiB (1024**3 bytes). An MHA model logs ``K size`` and
-    ``V size``: ``kv_gib`` is their sum. 0.5.23 adds ``dtype: torch.bfloat16, `` before ``#tokens``.
+    ``V size``: ``kv_gib`` is their sum. 0.5.23 adds ``dtype: torch.bfloat16, `` before ``#tokens``
+    and may put a label before ``KV Cache``; older logs print no ``#tokens`` (``tokens=None``: the
+    count is ``max_total_num_tokens``). ``index`` counts the rank's pools in this start from 0;
+    ``after_graphs`` is true for a pool logged once CUDA graph capture began, which is where a
+    speculative-decoding draft model allocates its own (docs/sglang.md, Seen in real deployments).
     """
 
     rank: str | None
-    tokens: int
+    tokens: int | None
     kv_gib: float
     k_gib: float | None
     v_gib: float | None
     dtype: str | None
     at: datetime | None
     line: str
+    index: int = 0
+    after_graphs: bool = False
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class HostPool:
-    """One rank's HiCache host pool, logged just before SGLang pins it (silently, for minutes).
+    """One host allocation of one rank, logged just before SGLang pins it (silently, for minutes).
 
     ``Allocating 44.77 GB host memory for hierarchical KV cache.`` gives ``gb=44.77,
-    tokens=None``; 0.5.23's ``Allocating kv hierarchical KV host pool: 683061 tokens, 48.00 GB host
-    memory.`` gives ``gb=48.0, tokens=683061, pool="kv"``. GB here is 1e9 bytes, as logged.
+    tokens=None, pool="kv"``; 0.5.23's ``Allocating kv hierarchical KV host pool: 683061 tokens,
+    48.00 GB host memory.`` gives ``gb=48.0, tokens=683061, pool="kv"``; a DSA indexer's
+    ``Allocating 29.02 GB host memory for DSA indexer (layout=page_first).`` gives ``gb=29.02,
+    pool="DSA indexer"``. GB here is 1e9 bytes, as logged. ``pool`` is ``"kv"`` (``KV_HOST_POOL``)
+    for the HiCache KV pool, and another allocation's name otherwise: it is RAM all the same.
     """
 
     rank: str | None
     gb: float
     tokens: int | None
-    pool: str | None
+    pool: str
     at: datetime | None
     line: str
+
+
+#: ``HostPool.pool`` of the HiCache KV host pool (the one ``--hicache-ratio``/``-size`` sizes).
+KV_HOST_POOL = "kv"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Feed it text as the log file grows, split anywhere (mid-line, between ``\\r`` and ``\\n``); it
 gives the same events however the text is chunked. It reads both eras of SGLang's texts
-(0.5.8/0.5.9 and 0.5.23, SGLANG_FACTS.md section 3)::
+(0.5.8/0.5.9 and 0.5.23, docs/sglang.md, Startup log)::
 
     >>> p = StartupParser()
     >>> p.feed("[2026-02-24 11:18:37 TP3] Init torch distributed begin.\\n")
@@ -24,15 +24,18 @@ from bot.startup._patterns import (
     EOL,
     GRAPHS,
     HEADER,
+    HOST_EXTRA,
     HOST_POOL_NEW,
     HOST_POOL_OLD,
     MAX_LINE,
     MAX_TOTAL,
+    RUNTIME_STAMP,
     SHARDS,
     SKIP_LINE,
     WORTH_READING,
 )
 from bot.startup.events import (
+    KV_HOST_POOL,
     PHASE_ORDER,
     DevicePool,
     Dialect,
@@ -69,6 +72,7 @@ class StartupParser:
         self._ranks: set[str] = set()
         self._shards: tuple[int, int] | None = None
         self._graphs: tuple[int, int] | None = None
+        self._pools_logged: dict[str | None, int] = {}  # device pools per rank, this start
         self._failure = FailureTracker()
 
     def feed(self, chunk: str) -> list[Event]:
@@ -123,6 +127,9 @@ class StartupParser:
                 self._line(piece[:MAX_LINE], out)
 
     def _line(self, line: str, out: list[Event]) -> None:
+        stamp = RUNTIME_STAMP.match(line)
+        if stamp is not None:
+            line = line[stamp.end() :]
         # Ranks write to one file unsynchronised, and 0.5.23's tqdm ends its bar without a line
         # break, so a "[date TPn] ..." line can start in the middle of another.
         if HEADER.search(line, 1) is None:
@@ -219,22 +226,27 @@ class StartupParser:
         if match is None:
             return
         self._enter(Phase.KV_POOL, at, rank, line, out)
-        dtype, tokens, kv, k, v = match.groups()
+        label, dtype, tokens, kv, k, v = match.groups()
         if dtype is not None:
             self._detect(Dialect.V0_5_23, at, line, out)
         k_gib = float(k) if k is not None else None
         v_gib = float(v) if v is not None else None
         kv_gib = float(kv) if kv is not None else (k_gib or 0.0) + (v_gib or 0.0)
+        index = self._pools_logged.get(rank, 0)
+        self._pools_logged[rank] = index + 1
         out.append(
             DevicePool(
                 rank=rank,
-                tokens=int(tokens),
+                tokens=None if tokens is None else int(tokens),
                 kv_gib=round(kv_gib, 2),
                 k_gib=k_gib,
                 v_gib=v_gib,
                 dtype=dtype,
                 at=at,
                 line=line,
+                index=index,
+                after_graphs=self._phase >= _PHASE_INDEX[Phase.CUDA_GRAPH],
+                label=label,
             )
         )
 
@@ -242,17 +254,22 @@ class StartupParser:
         self, message: str, line: str, rank: str | None, at: datetime | None, out: list[Event]
     ) -> bool:
         new = HOST_POOL_NEW.search(message)
+        dialect: Dialect | None
         if new is not None:
             pool, tokens, gb = new.group(1), int(new.group(2)), float(new.group(3))
             dialect = Dialect.V0_5_23
-        else:
-            old = HOST_POOL_OLD.search(message)
-            if old is None:
-                return False
-            pool, tokens, gb = None, None, float(old.group(1))
+        elif (old := HOST_POOL_OLD.search(message)) is not None:
+            pool, tokens, gb = KV_HOST_POOL, None, float(old.group(1))
             dialect = Dialect.V0_5_9
+        elif (extra := HOST_EXTRA.search(message)) is not None:
+            # Another host allocation (a DSA indexer's): RAM too, logged after the KV host pool.
+            pool, tokens, gb = extra.group(2).strip(), None, float(extra.group(1))
+            dialect = None
+        else:
+            return False
         self._enter(Phase.HOST_POOL, at, rank, line, out)
-        self._detect(dialect, at, line, out)
+        if dialect is not None:
+            self._detect(dialect, at, line, out)
         self._failure.note_host_line(rank, line)
         out.append(HostPool(rank=rank, gb=gb, tokens=tokens, pool=pool, at=at, line=line))
         return True

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from bot.startup.events import (
+    KV_HOST_POOL,
     DevicePool,
     Dialect,
     DialectDetected,
@@ -25,11 +26,20 @@ from bot.startup.events import (
     MaxTotalTokens,
     Phase,
     PhaseStarted,
+    PoolKind,
     RankSeen,
     ShardProgress,
 )
 
-__all__ = ["Failure", "PhaseSpan", "ReportBuilder", "StartupReport", "build_report"]
+__all__ = [
+    "Failure",
+    "PhaseSpan",
+    "PoolFigures",
+    "ReportBuilder",
+    "StartupReport",
+    "build_report",
+    "classify_pools",
+]
 
 # Key for lines without a rank prefix (a single-GPU server's scheduler logs none).
 NO_RANK = ""
@@ -63,11 +73,38 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolFigures:
+    """One device KV pool of a rank, by kind: ``tokens`` as logged (or ``max_total_num_tokens``
+    when the line has no count) and ``kv_gib`` as logged (GiB, two decimals; K + V for MHA)."""
+
+    kind: PoolKind
+    tokens: int | None
+    kv_gib: float
+    label: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "tokens": self.tokens,
+            "kv_gib": self.kv_gib,
+            "label": self.label,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class StartupReport:
     """Everything one start's log says: what a person or the agent wants to know about it.
 
-    Per-rank mappings are keyed by the rank prefix (``"TP3"``), or ``""`` for lines without one.
-    ``device_tokens`` is ``max_total_num_tokens`` (the device pool, never device + host).
+    Per-rank mappings are keyed by the rank prefix (``"TP3"``), or ``""`` for lines without one
+    (a single-process server: one rank). ``device_tokens`` is ``max_total_num_tokens`` (the device
+    pool, never device + host). The device pool of a rank is the target model's: the first pool
+    logged with ``max_total_num_tokens`` tokens (the only one, or the first, when that line is not
+    logged yet); ``kv_gib_per_rank`` is its size, ``draft_pool`` a speculative-decoding draft
+    model's pool beside it, and ``pools`` every pool of the first rank by kind. When a rank logged
+    several pools before graph capture and none can be told to be the target's,
+    ``device_pool_undecided`` says why and the per-rank device figures are empty.
+    ``host_gb_per_rank`` is the HiCache KV host pool, ``host_extra_gb_per_rank`` every other host
+    allocation by name (a DSA indexer), and ``host_total_gb_per_rank`` their sum: all RAM.
     """
 
     dialect: Dialect | None
@@ -83,6 +120,11 @@ class StartupReport:
     ready: bool
     ready_at: datetime | None
     failure: Failure | None
+    pools: tuple[PoolFigures, ...] = ()
+    draft_pool: PoolFigures | None = None
+    device_pool_undecided: str | None = None
+    host_extra_gb_per_rank: dict[str, dict[str, float]] = field(default_factory=dict)
+    host_total_gb_per_rank: dict[str, float] = field(default_factory=dict)
 
     @property
     def started_at(self) -> datetime | None:
@@ -98,8 +140,8 @@ class StartupReport:
 
     @property
     def host_gb_total(self) -> float:
-        """Host pool GB (1e9 bytes) summed over the ranks that logged one."""
-        return round(sum(self.host_gb_per_rank.values()), 2)
+        """Host RAM the start allocated, GB (1e9 bytes): every host pool of every rank."""
+        return round(sum(self.host_total_gb_per_rank.values()), 2)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping; times as ISO-8601 strings."""
@@ -122,7 +164,12 @@ class StartupReport:
             "device_tokens_per_rank": dict(self.device_tokens_per_rank),
             "kv_gib_per_rank": dict(self.kv_gib_per_rank),
             "host_gb_per_rank": dict(self.host_gb_per_rank),
+            "host_extra_gb_per_rank": {r: dict(v) for r, v in self.host_extra_gb_per_rank.items()},
+            "host_total_gb_per_rank": dict(self.host_total_gb_per_rank),
             "host_gb_total": self.host_gb_total,
+            "pools": [pool.to_dict() for pool in self.pools],
+            "draft_pool": None if self.draft_pool is None else self.draft_pool.to_dict(),
+            "device_pool_undecided": self.device_pool_undecided,
             "host_tokens_per_rank": dict(self.host_tokens_per_rank),
             "ready": self.ready,
             "ready_at": _iso(self.ready_at),
@@ -156,9 +203,9 @@ class ReportBuilder:
         self._shards: tuple[int, int] | None = None
         self._graphs: tuple[int, int] | None = None
         self._device_tokens: int | None = None
-        self._device: dict[str, DevicePool] = {}
-        self._host_gb: dict[str, dict[str | None, float]] = {}
-        self._host_tokens: dict[str, dict[str | None, int]] = {}
+        self._device: dict[str, list[DevicePool]] = {}
+        self._host_gb: dict[str, dict[str, float]] = {}
+        self._host_tokens: dict[str, int] = {}
         self._failure: FailureSeen | None = None
 
     def add(self, event: Event) -> None:
@@ -181,12 +228,12 @@ class ReportBuilder:
             case MaxTotalTokens(tokens=tokens):
                 self._device_tokens = tokens
             case DevicePool(rank=rank):
-                self._device[rank or NO_RANK] = event
+                self._device.setdefault(rank or NO_RANK, []).append(event)
             case HostPool(rank=rank, pool=pool, gb=gb, tokens=tokens):
-                # 0.5.23 can log more than one pool per rank (by name): they add up.
+                # A rank can log several host allocations (by name): they are all RAM.
                 self._host_gb.setdefault(rank or NO_RANK, {})[pool] = gb
-                if tokens is not None:
-                    self._host_tokens.setdefault(rank or NO_RANK, {})[pool] = tokens
+                if tokens is not None and pool == KV_HOST_POOL:
+                    self._host_tokens[rank or NO_RANK] = tokens
             case FailureSeen():
                 self._failure = event
 
@@ -205,9 +252,25 @@ class ReportBuilder:
         ready_at = next((s for p, s in self._starts if p is Phase.READY), None)
         ready = any(p is Phase.READY for p, _ in self._starts)
         ranks = tuple(sorted(self._ranks, key=rank_sort_key))
+        if not ranks and (self._device or self._host_gb):
+            ranks = (NO_RANK,)  # a single-process server logs no prefix: one rank, not none
+        kinds = {r: classify_pools(pools, self._device_tokens) for r, pools in self._device.items()}
+        target = {r: pool for r, (pool, _) in kinds.items() if pool is not None}
+        undecided = next((why for _, (pool, why) in kinds.items() if pool is None), None)
         device_tokens = self._device_tokens
-        if device_tokens is None and self._device:
-            device_tokens = min(pool.tokens for pool in self._device.values())
+        if device_tokens is None and target:
+            counts = [p.tokens for p in target.values() if p.tokens is not None]
+            device_tokens = min(counts) if counts else None
+        figures = self._figures(kinds, device_tokens)
+        first = figures[min(figures, key=rank_sort_key)] if figures else ()
+        kv_gib = {r: p.kv_gib for r, p in target.items()}
+        host_kv = {
+            r: pools[KV_HOST_POOL] for r, pools in self._host_gb.items() if KV_HOST_POOL in pools
+        }
+        extras = {
+            r: {name: gb for name, gb in pools.items() if name != KV_HOST_POOL}
+            for r, pools in self._host_gb.items()
+        }
         return StartupReport(
             dialect=self._dialect,
             phases=tuple(spans),
@@ -215,13 +278,18 @@ class ReportBuilder:
             shards=self._shards,
             cuda_graphs=self._graphs,
             device_tokens=device_tokens,
-            device_tokens_per_rank=_by_rank({r: p.tokens for r, p in self._device.items()}),
-            kv_gib_per_rank=_by_rank({r: p.kv_gib for r, p in self._device.items()}),
-            host_gb_per_rank=_by_rank(
-                {r: round(sum(pools.values()), 2) for r, pools in self._host_gb.items()}
+            device_tokens_per_rank=_by_rank(
+                {r: n for r, p in target.items() if (n := p.tokens or device_tokens) is not None}
             ),
-            host_tokens_per_rank=_by_rank(
-                {r: _pool_tokens(pools) for r, pools in self._host_tokens.items()}
+            kv_gib_per_rank=_by_rank(kv_gib),
+            host_gb_per_rank=_by_rank(host_kv),
+            host_tokens_per_rank=_by_rank(self._host_tokens),
+            pools=first,
+            draft_pool=next((p for p in first if p.kind is PoolKind.DRAFT), None),
+            device_pool_undecided=undecided,
+            host_extra_gb_per_rank=_by_rank({r: e for r, e in extras.items() if e}),
+            host_total_gb_per_rank=_by_rank(
+                {r: round(sum(pools.values()), 2) for r, pools in self._host_gb.items()}
             ),
             ready=ready,
             ready_at=ready_at,
@@ -230,10 +298,59 @@ class ReportBuilder:
             else Failure(kind=failure.kind, lines=failure.lines, at=failure.at),
         )
 
+    def _figures(
+        self,
+        kinds: dict[str, tuple[DevicePool | None, str | None]],
+        device_tokens: int | None,
+    ) -> dict[str, tuple[PoolFigures, ...]]:
+        """Every rank's pools by kind, in log order."""
+        out: dict[str, tuple[PoolFigures, ...]] = {}
+        for rank, pools in self._device.items():
+            target = kinds[rank][0]
+            out[rank] = tuple(
+                PoolFigures(
+                    kind=pool_kind(pool, target),
+                    tokens=pool.tokens if pool.tokens is not None else device_tokens,
+                    kv_gib=pool.kv_gib,
+                    label=pool.label,
+                )
+                for pool in pools
+            )
+        return out
 
-def _pool_tokens(pools: dict[str | None, int]) -> int:
-    # The tokens a host pool holds are those of its KV pool; other pools store the same tokens.
-    return pools.get("kv", next(iter(pools.values())))
+
+def classify_pools(
+    pools: list[DevicePool], max_total: int | None
+) -> tuple[DevicePool | None, str | None]:
+    """The target model's pool among one rank's pools, or ``None`` and why it cannot be told.
+
+    SGLang's ``max_total_num_tokens`` is the target's token count: the first pool logged with it
+    is the target's (a draft pool logged later can have the same count). Without that line yet,
+    a single pool logged before graph capture is the target's; several are not decidable.
+    """
+    if max_total is not None:
+        for pool in pools:
+            if pool.tokens == max_total:
+                return pool, None
+    before = [pool for pool in pools if not pool.after_graphs]
+    if len(before) == 1 or (before and all(pool.tokens is None for pool in before)):
+        return before[0], None
+    if not before:
+        return None, "the log shows no device pool allocated before graph capture"
+    counts = ", ".join(f"{pool.tokens:,}" for pool in before if pool.tokens is not None)
+    named = "not logged yet" if max_total is None else f"{max_total:,}"
+    return None, (
+        f"{len(before)} device pools per rank ({counts} tokens) and max_total_num_tokens "
+        f"{named}: which one is the target model's cannot be told"
+    )
+
+
+def pool_kind(pool: DevicePool, target: DevicePool | None) -> PoolKind:
+    """``target`` for the target's pool, ``draft`` for one logged once graphs began, else
+    ``other`` (a hybrid model's sliding-window pool)."""
+    if pool is target:
+        return PoolKind.TARGET
+    return PoolKind.DRAFT if pool.after_graphs else PoolKind.OTHER
 
 
 def _by_rank(values: dict[str, _V]) -> dict[str, _V]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,62 @@ def test_console_script_runs_as_a_real_process() -> None:
     )  # fmt: skip
     assert result.returncode == 3
     assert json.loads(result.stdout)["verdict"] == "refused"
+
+
+def test_model_config_makes_ratio_4_sglangs_figure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--model-config with DeepSeek-V3's shape gives 70,272 B/token: ratio 4 is SGLang's
+    44,770,080,384 bytes per rank, shown as 44.77 GB, source config."""
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "num_hidden_layers": 61,
+             "torch_dtype": "bfloat16"}
+        )
+    )  # fmt: skip
+    code, out, _ = run_plan(
+        capsys,
+        "--ratio", "4", "--ranks", "8", "--available-gb", "396", "--held-gb", "200",
+        "--device-tokens", "159274", "--kv-gib", "10.42", "--model-config", str(config), "--json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(out)
+    assert data["per_rank_bytes"] == (159274 * 4 + 1) * 576 * 2 * 61
+    assert data["bytes_per_token_source"] == "config"
+    assert "8 ranks x 44.77 GB" in data["reason"]
+
+
+def test_host_extra_is_counted_in_the_text_and_the_total(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--host-extra 'DSA indexer=29.02@126.61' adds the indexer, scaled, to every rank."""
+    code, out, _ = run_plan(
+        capsys,
+        "--size", "100", "--ranks", "4", "--available-gb", "1000", "--bytes-per-token", "44929",
+        "--host-extra", "DSA indexer=29.02@126.61",
+    )  # fmt: skip
+    assert code == 0
+    assert "+ DSA indexer" in out
+    assert "GB DSA indexer)" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--host-extra", "DSA indexer=29.02"], "is not NAME=GB@KV_GB"),
+        (["--host-extra", "DSA indexer=29.02@0"], "KV_GB > 0"),
+        (["--model-config", "/nonexistent/config.json"], "is not readable JSON"),
+    ],
+)
+def test_bad_model_and_extra_pool_arguments_exit_2(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    """A malformed extra pool or an unreadable model config exits 2 and names it."""
+    code, out, err = run_plan(
+        capsys, "--ratio", "4", "--ranks", "8", "--available-gb", "445",
+        "--device-tokens", "159274", "--kv-gib", "10.42", *extra,
+    )  # fmt: skip
+    assert code == 2
+    assert message in err
+    assert out == ""

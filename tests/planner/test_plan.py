@@ -1,4 +1,4 @@
-"""The planner against the field notes' numbers (../shared/context) and SGLang's own rules."""
+"""The planner against the field notes' numbers and SGLang's own rules (docs/sglang.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from bot.planner import (
 
 # Kimi-K2.5 is MLA with DeepSeek-V3's shape: (512 + 64) x 2 bytes (bf16) x 61 layers.
 KIMI_BYTES_PER_TOKEN = 576 * 2 * 61  # 70,272
-# The device pool the ratio-4 operator had (004_...): logged as "KV size: 10.42 GB" (GiB).
+# The device pool the field notes' ratio-4 operator had: logged as "KV size: 10.42 GB" (GiB).
 KIMI_POOL_LOGGED = DevicePool.from_log(tokens=159274, kv_gib=10.42)
 KIMI_POOL_EXACT = DevicePool(tokens=159274, bytes_per_token=KIMI_BYTES_PER_TOKEN)
 RESERVE = 10 * 1024**3
@@ -32,7 +32,7 @@ def kimi(pool: DevicePool = KIMI_POOL_LOGGED, **kwargs: object) -> ServerFacts:
 
 
 def test_size_300_per_rank_on_the_449_gb_host_is_refused() -> None:
-    """8 ranks x --hicache-size 300 asks for 2.4 TB on a host with 445 GB available (001_...)."""
+    """8 ranks x --hicache-size 300 asks for 2.4 TB on a host with 445 GB available."""
     plan = make_plan(ChangeRequest(size_gb=300), kimi(), HostMemory(445 * GB))
     assert plan.verdict is Verdict.REFUSED
     assert plan.total_bytes is not None

@@ -57,6 +57,9 @@ def test_unknown_profile_names_the_choices() -> None:
         ({"device_tokens": {}}, "device_tokens"),
         ({"phase_seconds": {"init": 1}}, "phase_seconds lacks"),
         ({"kv_bytes_per_token": "many"}, "kv_bytes_per_token has the wrong type"),
+        ({"draft_kv_bytes_per_token": -1}, "draft_kv_bytes_per_token"),
+        ({"hybrid_pools": [{"tokens_fraction": 0}]}, "hybrid_pools"),
+        ({"host_extra_pools": {"DSA indexer": "big"}}, "host_extra_pools"),
     ],
 )
 def test_bad_profile_fields_are_named(

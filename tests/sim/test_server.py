@@ -144,7 +144,7 @@ def test_full_start_prints_every_line_in_order(
     version: str,
     expected: list[tuple[str, str]],
 ) -> None:
-    """Both dialects print SGLANG_FACTS.md section 3's lines in order, each rank once."""
+    """Both dialects print the lines of docs/sglang.md, Startup log, in order, each rank once."""
     sim = run_sim([*ARGS, "--port", "0"], dict(sim_env, KIMI_SIM_VERSION=version))
     sim.wait_for(READY)
     check_sequence(sim, expected + TAIL)

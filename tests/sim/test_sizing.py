@@ -1,4 +1,4 @@
-"""SGLang's host pool rule as the simulator applies it (SGLANG_FACTS.md section 1)."""
+"""SGLang's host pool rule as the simulator applies it (docs/sglang.md, Host pool sizing)."""
 
 from __future__ import annotations
 

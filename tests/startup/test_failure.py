@@ -6,8 +6,9 @@ import itertools
 
 import pytest
 
+from bot import vocab
 from bot.startup import FailureKind, FailureSeen, build_report
-from tests.startup.conftest import parse_all
+from tests.startup.conftest import LOGS, parse_all
 
 EXCEPTION = (
     "[2026-03-02 10:45:43 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -121,3 +122,17 @@ def test_failure_events_are_reemitted_as_lines_add_up_and_capped() -> None:
     assert [len(e.lines) for e in seen] == list(range(1, 17))
     assert sum("Scheduler hit an exception" in line for line in seen[-1].lines) == 1
     assert seen[-1].kind is FailureKind.HOST_MEMORY
+
+
+def test_failure_kinds_are_the_shared_vocabulary_and_only_the_logs_kinds() -> None:
+    """bot.startup's FailureKind is bot.vocab's, and every fixture's failures are of the kinds
+    the log can tell (LOG_FAILURE_KINDS)."""
+    assert FailureKind is vocab.FailureKind
+    kinds = {
+        event.kind
+        for path in LOGS.glob("*.log")
+        for event in parse_all(path.read_text(encoding="utf-8"))
+        if isinstance(event, FailureSeen)
+    }
+    assert kinds
+    assert kinds <= vocab.LOG_FAILURE_KINDS

@@ -30,9 +30,18 @@ FIXTURES = (
     "hicache300_hang_v0.5.9.log",
     "gpu_busy_v0.5.9.log",
 )
+# Logs of deployments as they are run: draft pools, hybrid pools, extra host pools, old lines.
+DEPLOYMENT_FIXTURES = (
+    "draft_mtp_v0.5.9.log",
+    "hybrid_swa_v0.5.23.log",
+    "dsa_indexer_v0.5.23.log",
+    "single_rank_no_tokens_v0.4.log",
+)
 # One text holding every fixture, with "\r\n" line ends in one of them.
-ALL_TEXT = "".join(read_log(name) for name in FIXTURES[:3]) + read_log(FIXTURES[3]).replace(
-    "\n", "\r\n"
+ALL_TEXT = (
+    "".join(read_log(name) for name in FIXTURES[:3])
+    + read_log(FIXTURES[3]).replace("\n", "\r\n")
+    + "".join(read_log(name) for name in DEPLOYMENT_FIXTURES)
 )
 
 
@@ -150,7 +159,7 @@ def test_host_pool_lines_of_both_eras() -> None:
         "48.00 GB host memory.\n"
     )
     pools = [(e.rank, e.gb, e.tokens, e.pool) for e in parse_all(text) if isinstance(e, HostPool)]
-    assert pools == [("TP0", 44.77, None, None), ("TP1", 48.0, 683061, "kv")]
+    assert pools == [("TP0", 44.77, None, "kv"), ("TP1", 48.0, 683061, "kv")]
 
 
 def test_max_total_num_tokens_line() -> None:

@@ -11,7 +11,7 @@ from tests.startup.conftest import BYTES_PER_TOKEN, DEVICE_TOKENS, TP8, parse_al
 
 
 def _kv_gib(tokens: int) -> float:
-    # SGLang's device line: GB = 1024**3 bytes (SGLANG_FACTS.md, units trap).
+    # SGLang's device line: GB = 1024**3 bytes (docs/sglang.md, Host pool sizing).
     return round(tokens * BYTES_PER_TOKEN / 1024**3, 2)
 
 

@@ -1,0 +1,97 @@
+"""What a plan is made from: the requested change, the server's facts and the host's RAM."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from bot.errors import PlanInputError
+from bot.planner._kv_shape import KvShape
+from bot.planner._sizing import DevicePool, HostExtra
+from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
+
+__all__ = ["ChangeRequest", "HostMemory", "ServerFacts", "num"]
+
+
+def num(value: float) -> str:
+    """4.0 -> "4", 44.5 -> "44.5", nan -> "nan"."""
+    if math.isfinite(value) and value == int(value):
+        return str(int(value))
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class ChangeRequest:
+    """A requested HiCache setting: a ratio, a size in GB per rank, or both (size wins, as in
+    SGLang). Values are kept as given so the planner can say why SGLang would refuse them."""
+
+    ratio: float | None = None
+    size_gb: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ratio is None and self.size_gb is None:
+            raise PlanInputError("a HiCache change needs a ratio or a size in GB per rank")
+
+    @property
+    def mode(self) -> str:
+        return "size" if self.size_gb is not None else "ratio"
+
+    def phrase(self) -> str:
+        if self.size_gb is not None:
+            return f"size {num(self.size_gb)} GB/rank"
+        assert self.ratio is not None
+        return f"ratio {num(self.ratio)}"
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What is known of the server the change applies to.
+
+    ``device_pool`` is the target model's pool, the one a ratio multiplies; ``device_pool_note``
+    says which pool that is when the start logged several (a draft pool beside it), and
+    ``device_pool_undecided`` why none could be told to be it. ``kv_shape`` comes from the
+    model's ``config.json``; ``layer_bytes`` is one layer's KV bytes per token when only that is
+    known. ``host_extras`` are the other host pools the last start logged (a DSA indexer).
+    """
+
+    ranks: int
+    device_pool: DevicePool = field(default_factory=DevicePool)
+    page_size: int = 1
+    version: SGLangVersion = DEFAULT_SGLANG_VERSION
+    host_tokens_per_rank_now: int | None = None
+    radix_cache_disabled: bool = False
+    kv_shape: KvShape | None = None
+    layer_bytes: int | None = None
+    speculative: bool = False
+    device_pool_note: str | None = None
+    device_pool_undecided: str | None = None
+    host_extras: tuple[HostExtra, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise PlanInputError(f"local ranks must be at least 1, not {self.ranks}")
+        if self.page_size < 1:
+            raise PlanInputError(f"page size must be at least 1 token, not {self.page_size}")
+        if self.layer_bytes is not None and self.layer_bytes < 1:
+            raise PlanInputError(f"layer bytes must be at least 1, not {self.layer_bytes}")
+        for extra in self.host_extras:
+            if not (extra.logged_gb >= 0 and extra.kv_logged_gb > 0):
+                raise PlanInputError(
+                    f"host pool {extra.name!r}: {extra.logged_gb!r} GB beside a KV host pool of "
+                    f"{extra.kv_logged_gb!r} GB cannot be scaled; both must be logged sizes"
+                )
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Host RAM as the agent reads it, in bytes."""
+
+    available_bytes: float
+    server_held_bytes: float = 0
+    cgroup_limit_bytes: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("available_bytes", "server_held_bytes", "cgroup_limit_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise PlanInputError(f"{name.replace('_', ' ')} must be >= 0, not {value!r}")
