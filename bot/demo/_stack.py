@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from bot.errors import DemoError
+from bot.sim import model_dir
 
 SIM_PROFILE = "kimi-k25-8gpu"
 TOKEN_ENV = "KIMI_DEMO_AGENT_TOKEN"
@@ -48,7 +49,7 @@ def _free_port() -> int:
 def _agent_config(root: Path, sim_port: int, time_scale: float) -> str:
     command = [
         sys.executable, "-m", "bot.sim",
-        "--model-path", "/models/kimi-k2.5", "--tp-size", "8", "--port", str(sim_port),
+        "--model-path", str(model_dir(SIM_PROFILE)), "--tp-size", "8", "--port", str(sim_port),
         "--trust-remote-code", "--mem-fraction-static", "0.88",
         "--enable-hierarchical-cache", "--hicache-size", "48",
         "--hicache-write-policy", "write_through", "--enable-metrics",

@@ -20,9 +20,9 @@ def test_demo_refuses_300_and_brings_ratio_4_to_ready() -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "REFUSED: size 300 GB/rank needs 8 ranks x 300.00 GB = 2400.0 GB" in out
-    # 10.42 GiB device pool x 4 = 44.75 GB/rank planned; SGLang's log then says 44.77
-    # (docs/sglang.md#host-pool-sizing: device GB are GiB, host GB are 1e9, plus one page).
-    assert "ratio 4 needs 8 ranks x 44.75 GB = 358.0 GB" in out
+    # The model's config gives 70,272 B/token: 159,274 x 4 + 1 page = 637,097 tokens x 70,272 B
+    # = 44.77 GB/rank planned, as SGLang's log then says (docs/sglang.md#host-pool-sizing).
+    assert "ratio 4 needs 8 ranks x 44.77 GB = 358.2 GB" in out
     assert "host pool: 44.77 GB per rank" in out
     assert out.count("=> ready") == 2
     history = out[out.index("/kimi history") :]
