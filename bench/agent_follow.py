@@ -32,12 +32,13 @@ from typing import Any
 import psutil
 
 from bot.agent.config import AgentSettings, agent_settings_from_config
-from bot.agent.control import ServerProcessState, StopResult, make_control
-from bot.agent.facts import FactsService
-from bot.agent.operations import OperationManager
-from bot.agent.probe import GpuFacts, ProcessInfo, RamFacts, make_probe
+from bot.agent.control.protocol import ServerProcessState, StopResult
+from bot.agent.engine.manager import OperationManager
+from bot.agent.facts.snapshot import FactsService
+from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts
+from bot.agent.service import make_control, make_probe
 from bot.agent.sglang_client import SGLangClient
-from bot.agent.state import AgentState
+from bot.agent.state.agent_state import AgentState
 from bot.clock import SystemClock
 from bot.planner import GB, ChangeRequest, DevicePool, HostMemory, Plan, ServerFacts, make_plan
 
@@ -124,7 +125,7 @@ def ready_latency(starts: int) -> dict[str, Any]:
         tailer.start()
         latencies: list[float] = []
         try:
-            control.start()
+            control.start("bench:1")
             deadline = time.monotonic() + 60
             while client.health() != 200:
                 if time.monotonic() > deadline:
