@@ -373,7 +373,12 @@ class FactsService:
     def plan_on(self, snap: FactsSnapshot, request: ChangeRequest) -> Plan:
         """The Plan for ``request`` on an existing snapshot."""
         if snap.ram is None or snap.topology is None or snap.hicache is None:
-            raise next(iter(snap.errors), KimiOpsError("host facts are incomplete"))
+            missing = [name for name, value in (("host RAM", snap.ram), ("the command line",
+                       snap.topology)) if value is None]  # fmt: skip
+            raise next(
+                iter(snap.errors),
+                ProbeError(f"cannot plan without {' and '.join(missing) or 'the HiCache flags'}"),
+            )
         capacity = snap.capacity
         memory = HostMemory(
             available_bytes=snap.ram.available_bytes,
