@@ -2,7 +2,7 @@
 process is alive.
 
 Killed SGLang servers can leave ``sglang::scheduler_TP*`` children behind, and the kernel releases
-pinned memory only during reclaim (SGLANG_FACTS.md section 5): starting again too early fails with
+pinned memory only during reclaim (docs/sglang.md, host pool): starting again too early fails with
 "The memory capacity is unbalanced". So the agent polls NVML and the process table until both are
 clear, and otherwise gives up naming every PID still in the way. Without NVML (no library or
 driver) only the process table is watched.

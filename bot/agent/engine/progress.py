@@ -1,7 +1,7 @@
 """How far a start has got, as one number 0..1, and how long it should still take.
 
 Each phase of a start weighs what it typically lasts on the field notes' host (Kimi-K2.5, TP 8,
-SGLANG_FACTS.md section 3 and context/004: about ten minutes, eight of them loading weights),
+docs/sglang.md, startup phases: about ten minutes, eight of them loading weights),
 and the host pool's silent pin weighs its estimated length: GB per rank x the pin rate (about
 60 s per 100-120 GB per rank, #31600). So ``load_weights`` at shard 32/64 reads::
 

@@ -133,9 +133,7 @@ class Runner:
     def _restart_failed(self, failure: StartOutcome) -> None:
         """A restart changed no config, so no other config is started in its place: one nobody
         asked for could hold a different host pool. The server is left stopped."""
-        if self.ctx.control.status().running:
-            # Stuck or unhealthy but alive: it holds the GPUs and RAM for nothing.
-            self.ctx.control.stop(self.ctx.settings.stop_grace_s)
+        self._stop_if_running()
         self._finish(
             OperationState.FAILED,
             f"{failure.message}; the restarted config (the current one) failed to start: the "
@@ -143,6 +141,12 @@ class Runner:
             failure.data,
             None,
         )
+
+    def _stop_if_running(self) -> None:
+        """A failed start left with no config to start in its place: if it is stuck or
+        unhealthy but alive, it holds the GPUs and RAM for nothing."""
+        if self.ctx.control.status().running:
+            self.ctx.control.stop(self.ctx.settings.stop_grace_s)
 
     def _finish(
         self,
@@ -172,9 +176,7 @@ class Runner:
         failed = self.point
         target = self.ctx.state.rollback_target(failed.revision, failed.argv)
         if target is None:
-            if self.ctx.control.status().running:
-                # Stuck or unhealthy but alive: it holds the GPUs and RAM for nothing.
-                self.ctx.control.stop(self.ctx.settings.stop_grace_s)
+            self._stop_if_running()
             self._finish(
                 OperationState.FAILED,
                 f"{failure.message}; no earlier config became ready, so there is nothing to roll "

@@ -1,4 +1,4 @@
-"""The agent's facts: one snapshot of host and server, the ``/v1/status`` body, and plans on it.
+"""The agent's facts: one snapshot of host and server, its fingerprint, and plans made on it.
 
 Everything is read fresh per call (probe, server control, the SGLang client, the agent's state are
 cheap to ask), so a plan is always made on what the host looks like now. A failing source does
