@@ -24,6 +24,9 @@ from bot.agent.sglang_client import SGLangClient
 from tests.agent._api_helpers import TOKEN, TOKEN_ENV, agent_env, auth, run_agent, write_config
 from tests.agent.conftest import PYTHON, wait_until
 
+# Real subprocesses or a real server with simulated timings: not in the fast loop.
+pytestmark = pytest.mark.slow
+
 GB = 1e9
 DEVICE_TOKENS = 159_274  # kimi-k25-8gpu at mem fraction 0.88
 BYTES_PER_TOKEN = 70_272

@@ -36,7 +36,7 @@ from bot.agent.engine.runner import Runner
 from bot.agent.host.probe import HostProbe
 from bot.agent.state.agent_state import AgentState
 from bot.agent.state.resume_point import ResumePoint, Stage, Step
-from bot.agent.state.views import OperationView, ProgressEvent, RevisionView
+from bot.agent.state.views import OperationView, ProgressEvent, RevisionOutcome, RevisionView
 from bot.clock import Clock
 from bot.errors import (
     CommandLineError,
@@ -176,7 +176,7 @@ class OperationManager:
             created_at=now,
             actor="kimi-ops (found running)",
             kind="observed",
-            outcome="ready" if healthy else "unknown",
+            outcome=RevisionOutcome.READY if healthy else RevisionOutcome.UNKNOWN,
             became_ready=healthy,
             device_tokens=int(tokens) if isinstance(tokens, int | float) else None,
         )

@@ -22,6 +22,7 @@ from bot.agent.engine.follower import StartFollower
 from bot.agent.engine.gpu_wait import gpu_indices, wait_for_gpus_free
 from bot.agent.engine.watcher import StartWatcher
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
+from bot.agent.state.views import RevisionOutcome
 from bot.errors import (
     GpuProbeError,
     GpusBusyError,
@@ -89,7 +90,9 @@ class Runner:
         try:
             if self._point is not None:
                 self.ctx.state.update_revision(
-                    self._point.revision, outcome="failed", finished_at=iso(self.ctx.clock.now())
+                    self._point.revision,
+                    outcome=RevisionOutcome.FAILED,
+                    finished_at=iso(self.ctx.clock.now()),
                 )
             self.ctx.state.update_operation(self.op_id, failure=data)
         except KimiOpsError:
@@ -116,10 +119,10 @@ class Runner:
             return
         outcome = self._attempt()
         if outcome.ready:
-            self._record(outcome, "ready")
+            self._record(outcome, RevisionOutcome.READY)
             self._finish(OperationState.READY, outcome.message, outcome.data, 1.0)
             return
-        self._record(outcome, "failed")
+        self._record(outcome, RevisionOutcome.FAILED)
         self.ctx.state.update_operation(self.op_id, failure=outcome.data)
         if not outcome.started:
             self._finish(OperationState.FAILED, outcome.message, outcome.data, None)
@@ -163,9 +166,9 @@ class Runner:
         self._crash_point(CrashPoint.OUTCOME_RECORDED)
         self.events.emit(EventPhase(state.value), message, data, progress=progress, state=state)
 
-    def _record(self, outcome: StartOutcome, result: str) -> None:
+    def _record(self, outcome: StartOutcome, result: RevisionOutcome) -> None:
         fields: dict[str, Any] = {"outcome": result, "finished_at": iso(self.ctx.clock.now())}
-        if result == "ready":
+        if result is RevisionOutcome.READY:
             fields["became_ready"] = True
         for key in _REVISION_FIGURES:
             if outcome.data.get(key) is not None:
@@ -223,7 +226,7 @@ class Runner:
         cause = self.point.rollback
         assert cause is not None, "the rollback stage always records its cause"
         if outcome.ready:
-            self._record(outcome, "ready")
+            self._record(outcome, RevisionOutcome.READY)
             self._finish(
                 OperationState.ROLLED_BACK,
                 f"rolled back: {outcome.message}. Cause: {cause.message}",
@@ -231,7 +234,7 @@ class Runner:
                 1.0,
             )
             return
-        self._record(outcome, "failed")
+        self._record(outcome, RevisionOutcome.FAILED)
         self._finish(
             OperationState.FAILED,
             f"the rollback failed too ({outcome.message}); not retrying. "

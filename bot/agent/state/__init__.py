@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bot.agent.state.agent_state import DB_FILE, AgentState
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
-from bot.agent.state.views import OperationView, ProgressEvent, RevisionView
+from bot.agent.state.views import OperationView, ProgressEvent, RevisionOutcome, RevisionView
 
 __all__ = [
     "DB_FILE",
@@ -19,6 +19,7 @@ __all__ = [
     "OperationView",
     "ProgressEvent",
     "ResumePoint",
+    "RevisionOutcome",
     "RevisionView",
     "RollbackCause",
     "Stage",

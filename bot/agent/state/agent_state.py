@@ -27,7 +27,7 @@ from bot.agent.state._schema import migrate
 from bot.agent.state._schema import operations as _operations
 from bot.agent.state._schema import revisions as _revisions
 from bot.agent.state.resume_point import ResumePoint
-from bot.agent.state.views import OperationView, ProgressEvent, RevisionView
+from bot.agent.state.views import OperationView, ProgressEvent, RevisionOutcome, RevisionView
 from bot.db import WRITE_OPTION, make_engine
 from bot.errors import StoreError
 from bot.planner import StartSample
@@ -245,7 +245,7 @@ class AgentState:
         created_at: str,
         actor: str,
         kind: str,
-        outcome: str = "pending",
+        outcome: RevisionOutcome = RevisionOutcome.PENDING,
         became_ready: bool = False,
         rollback_of: int | None = None,
         operation_id: int | None = None,
@@ -257,7 +257,7 @@ class AgentState:
                 _revisions.insert().values(
                     argv=list(argv),
                     hicache=dict(hicache),
-                    outcome=outcome,
+                    outcome=RevisionOutcome(outcome).value,
                     became_ready=became_ready,
                     created_at=created_at,
                     actor=actor,
@@ -315,7 +315,7 @@ class AgentState:
         """``(device_tokens, kv_bytes_per_token, host_tokens_per_rank, host_gb_per_rank)`` of
         the newest recorded start that logged its device pool; None if there is none."""
         for r in self.revisions():
-            if r.device_tokens is not None and r.outcome != "pending":
+            if r.device_tokens is not None and r.outcome is not RevisionOutcome.PENDING:
                 return (r.device_tokens, r.kv_bytes_per_token, r.host_tokens_per_rank,
                         r.host_gb_per_rank)  # fmt: skip
         return None
@@ -361,7 +361,7 @@ def _revision_view(row: sa.RowMapping) -> RevisionView:
         id=row["id"],
         argv=tuple(row["argv"]),
         hicache=dict(row["hicache"] or {}),
-        outcome=row["outcome"],
+        outcome=RevisionOutcome(row["outcome"]),
         became_ready=bool(row["became_ready"]),
         startup_s=row["startup_s"],
         device_tokens=row["device_tokens"],

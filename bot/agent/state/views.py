@@ -10,11 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, OperationState
 
-__all__ = ["OperationView", "ProgressEvent", "RevisionView"]
+__all__ = ["OperationView", "ProgressEvent", "RevisionOutcome", "RevisionView"]
+
+
+class RevisionOutcome(StrEnum):
+    """How the start of a revision (a command line this host ran) went."""
+
+    PENDING = "pending"  # recorded, not started or not finished yet
+    READY = "ready"  # it came up and served the applied setting
+    FAILED = "failed"  # it did not come up
+    UNKNOWN = "unknown"  # found running without an answer from /health
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ class RevisionView:
     id: int
     argv: tuple[str, ...]
     hicache: Mapping[str, Any]
-    outcome: str
+    outcome: RevisionOutcome
     became_ready: bool
     startup_s: float | None
     device_tokens: int | None
@@ -104,7 +114,7 @@ class RevisionView:
             "id": self.id,
             "argv": list(self.argv),
             "hicache": dict(self.hicache),
-            "outcome": self.outcome,
+            "outcome": self.outcome.value,
             "became_ready": self.became_ready,
             "startup_s": self.startup_s,
             "device_tokens": self.device_tokens,

@@ -91,6 +91,7 @@ def test_corrupt_command_file_is_a_backend_error(tmp_path: Path) -> None:
         control.read_command()
 
 
+@pytest.mark.slow
 def test_start_logs_output_with_env_and_reports_active(
     tmp_path: Path, controls: list[ProcessControl]
 ) -> None:
@@ -116,6 +117,7 @@ def test_start_logs_output_with_env_and_reports_active(
     log.close()
 
 
+@pytest.mark.slow
 def test_second_start_is_refused(tmp_path: Path, controls: list[ProcessControl]) -> None:
     """Starting while the server runs fails and names the running pid."""
     control = _control(tmp_path, SERVE)
@@ -126,6 +128,7 @@ def test_second_start_is_refused(tmp_path: Path, controls: list[ProcessControl])
         control.start("test:1")
 
 
+@pytest.mark.slow
 def test_stop_with_sigterm(tmp_path: Path) -> None:
     """A server that honours SIGTERM ends "terminated" with exit -15 and is then inactive."""
     control = _control(tmp_path, SERVE)
@@ -137,6 +140,7 @@ def test_stop_with_sigterm(tmp_path: Path) -> None:
     assert control.status().state == ServerState.STOPPED
 
 
+@pytest.mark.slow
 def test_stop_kills_after_the_grace_period(tmp_path: Path) -> None:
     """A server ignoring SIGTERM is SIGKILLed after the grace and reported as killed (-9)."""
     control = _control(tmp_path, STUBBORN)
@@ -149,6 +153,7 @@ def test_stop_kills_after_the_grace_period(tmp_path: Path) -> None:
     assert control.status().state == ServerState.STOPPED
 
 
+@pytest.mark.slow
 def test_stop_signals_the_whole_process_group(tmp_path: Path) -> None:
     """The server's children are stopped with it (signals go to its process group)."""
     control = _control(tmp_path, WITH_CHILD)
@@ -179,6 +184,7 @@ def test_stop_when_not_running(tmp_path: Path) -> None:
     assert _control(tmp_path, SERVE).stop(grace_s=1).how == "not_running"
 
 
+@pytest.mark.slow
 def test_crash_is_failed_with_its_exit_status(tmp_path: Path) -> None:
     """A server that exits non-zero on its own is failed with that exit status."""
     control = _control(tmp_path, "import sys; sys.exit(3)")
@@ -189,6 +195,7 @@ def test_crash_is_failed_with_its_exit_status(tmp_path: Path) -> None:
     assert state.started_at is not None
 
 
+@pytest.mark.slow
 def test_killed_by_someone_else_is_failed_with_minus_nine(tmp_path: Path) -> None:
     """A SIGKILL from outside (the OOM killer) shows as failed with exit status -9."""
     control = _control(tmp_path, SERVE)
@@ -200,6 +207,7 @@ def test_killed_by_someone_else_is_failed_with_minus_nine(tmp_path: Path) -> Non
     assert (control.status().state, control.status().exit_status) == (ServerState.FAILED, -9)
 
 
+@pytest.mark.slow
 def test_restarted_agent_reattaches_and_never_starts_twice(tmp_path: Path) -> None:
     """A new backend on the same state dir finds the running server by pid and create time."""
     first = _control(tmp_path, SERVE)
@@ -233,6 +241,7 @@ def test_recycled_pid_is_not_mistaken_for_the_server(tmp_path: Path) -> None:
     assert control.stop(grace_s=1).how == "not_running"
 
 
+@pytest.mark.slow
 def test_log_since_start_rereads_the_current_run(
     tmp_path: Path, controls: list[ProcessControl]
 ) -> None:
@@ -252,6 +261,7 @@ def test_log_since_start_rereads_the_current_run(
     log.close()
 
 
+@pytest.mark.slow
 def test_missing_executable_is_a_backend_error(tmp_path: Path) -> None:
     """An argv whose program does not exist fails to start with the program named."""
     control = ProcessControl(
@@ -266,6 +276,7 @@ def test_missing_executable_is_a_backend_error(tmp_path: Path) -> None:
     assert control.status().state == ServerState.STOPPED
 
 
+@pytest.mark.slow
 def test_last_run_log_is_the_beginning_of_the_last_run(
     tmp_path: Path, controls: list[ProcessControl]
 ) -> None:
@@ -288,6 +299,7 @@ def test_last_run_log_is_the_beginning_of_the_last_run(
     assert control.last_run_log(9) == "server up"
 
 
+@pytest.mark.slow
 def test_last_run_key_stops_changing_past_the_runs_first_8_mib(
     tmp_path: Path, controls: list[ProcessControl]
 ) -> None:
@@ -310,6 +322,7 @@ def test_last_run_key_stops_changing_past_the_runs_first_8_mib(
     assert control.last_run_key() == past
 
 
+@pytest.mark.slow
 def test_a_start_recorded_before_its_spawn_is_found_by_its_marker(
     tmp_path: Path, spawn: Spawn
 ) -> None:
@@ -357,6 +370,7 @@ def test_a_start_recorded_but_never_spawned_is_not_running(tmp_path: Path) -> No
     assert control.stop(grace_s=1).how == "not_running"
 
 
+@pytest.mark.slow
 def test_the_server_carries_its_marker_in_its_environment(
     tmp_path: Path, controls: list[ProcessControl]
 ) -> None:

@@ -89,18 +89,21 @@ def test_newline_cannot_be_written_to_a_unit() -> None:
         quote_argv(["python", "x\nExecStartPre=/bin/evil"])
 
 
+@pytest.mark.slow
 def test_it_is_a_server_control(systemd: SystemdControl) -> None:
     """SystemdControl satisfies the ServerControl protocol."""
     control: ServerControl = systemd
     assert control.name == "systemd"
 
 
+@pytest.mark.slow
 def test_command_comes_from_the_unit_until_a_drop_in_exists(systemd: SystemdControl) -> None:
     """Without a drop-in the command is the unit's ExecStart, read through systemctl show."""
     assert systemd.read_command() == [*SIM, "--enable-hierarchical-cache", "--hicache-ratio", "2"]
     assert systemd.previous_command() is None
 
 
+@pytest.mark.slow
 def test_write_command_writes_a_drop_in_keeps_the_previous_and_reloads(
     systemd: SystemdControl,
 ) -> None:
@@ -118,6 +121,7 @@ def test_write_command_writes_a_drop_in_keeps_the_previous_and_reloads(
     assert _calls(systemd).count("daemon-reload") == 2
 
 
+@pytest.mark.slow
 def test_start_follow_log_and_stop_the_simulator(systemd: SystemdControl) -> None:
     """The unit starts the simulator with the drop-in's command, its log is followed through
     journalctl, the RAM it holds is what its host pools need, and a stop ends it cleanly."""
@@ -160,6 +164,7 @@ def _sim_state_dir() -> Path:
     raise AssertionError("no sim state dir in the unit")
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_non_zero_is_failed(systemd: SystemdControl) -> None:
     """A command that exits 3 leaves the unit failed with ExecMainStatus 3."""
     systemd.write_command([sys.executable, "-c", "import sys; print('bye'); sys.exit(3)"])
@@ -169,6 +174,7 @@ def test_a_server_that_exits_non_zero_is_failed(systemd: SystemdControl) -> None
     assert (state.state, state.exit_status) == (ServerState.FAILED, 3)
 
 
+@pytest.mark.slow
 def test_stubborn_server_is_killed_after_the_grace(systemd: SystemdControl) -> None:
     """A server ignoring SIGTERM gets SIGKILL via systemctl kill and reports -9."""
     code = (
@@ -187,6 +193,7 @@ def test_stubborn_server_is_killed_after_the_grace(systemd: SystemdControl) -> N
     assert any(call.startswith("kill --signal=SIGKILL") for call in _calls(systemd))
 
 
+@pytest.mark.slow
 def test_start_while_running_is_refused(systemd: SystemdControl) -> None:
     """Starting a running unit fails and names its pid."""
     systemd.write_command([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -204,6 +211,7 @@ def test_systemctl_failure_is_a_backend_error(tmp_path: Path) -> None:
         control.status()
 
 
+@pytest.mark.slow
 def test_fallback_command_when_systemd_has_none(systemd: SystemdControl) -> None:
     """With no drop-in and no ExecStart in the unit, [agent] command is used."""
     units = Path(os.environ["FAKE_SYSTEMD_UNIT_DIR"])
@@ -218,6 +226,7 @@ def test_fallback_command_when_systemd_has_none(systemd: SystemdControl) -> None
     assert control.read_command() == ["python", "-m", "sglang.launch_server"]
 
 
+@pytest.mark.slow
 def test_the_log_of_a_run_holds_none_of_the_previous_runs_lines(systemd: SystemdControl) -> None:
     """Two runs in the same second: the journal opened for the second run (by its invocation ID,
     not --since, which has whole-second precision) shows only the second run's lines."""
@@ -235,6 +244,7 @@ def test_the_log_of_a_run_holds_none_of_the_previous_runs_lines(systemd: Systemd
     assert any(call.startswith("show -p InvocationID") for call in _calls(systemd))
 
 
+@pytest.mark.slow
 def test_last_run_log_is_the_beginning_of_the_last_run(systemd: SystemdControl) -> None:
     """After two runs, last_run_log gives the start of the second one only (from the journal, by
     invocation ID), and its key changes with each run."""
@@ -251,6 +261,7 @@ def test_last_run_log_is_the_beginning_of_the_last_run(systemd: SystemdControl) 
     assert systemd.last_run_log(5) == "run B"
 
 
+@pytest.mark.slow
 def test_a_start_is_known_by_the_units_new_invocation(systemd: SystemdControl) -> None:
     """The marker of a start is the unit's invocation: before ``systemctl restart`` the backend
     records the invocation it replaces, so ``started(marker)`` is true only once systemd runs a

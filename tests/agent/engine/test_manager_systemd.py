@@ -27,7 +27,7 @@ from bot.agent.control.protocol import ServerControl
 from bot.agent.control.systemd import DROP_IN_NAME, parse_exec_start
 from bot.agent.engine.manager import OperationManager
 from bot.agent.facts.snapshot import FactsService
-from bot.agent.service import make_control, make_probe
+from bot.agent.service import build_service, make_control, make_probe
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state.agent_state import AgentState
 from bot.clock import SystemClock
@@ -73,15 +73,11 @@ class SystemdRig:
 
     def manager(self) -> OperationManager:
         """A manager with its own control, client and state connection on this rig."""
-        control, client = self.control(), self.client()
         state = AgentState(self.settings.state_dir)
         self.closers.append(state.close)
-        probe = make_probe(self.settings)
-        clock = SystemClock()
-        facts = FactsService(self.settings, probe, control, client, state, clock)
-        manager = OperationManager(self.settings, control, probe, client, state, clock, facts.plan)
-        self.managers.append(manager)
-        return manager
+        service = build_service(self.settings, sglang=self.client(), state=state)
+        self.managers.append(service.manager)
+        return service.manager
 
     def start_server(self) -> int:
         """Start the unit as written and wait for health 200; returns its MainPID."""

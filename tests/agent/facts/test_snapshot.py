@@ -79,6 +79,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     built.state.close()
 
 
+@pytest.mark.slow
 def test_stopped_server_status_reports_the_simulated_host(rig: Rig) -> None:
     """With no server running, status shows it stopped and the 449 GB, 8-GPU simulated host."""
     body = status_body(rig.facts.snapshot(), None)
@@ -99,6 +100,7 @@ def test_stopped_server_status_reports_the_simulated_host(rig: Rig) -> None:
     assert body["problems"] == []
 
 
+@pytest.mark.slow
 def test_running_server_status_reads_server_info_and_sizes_the_pool(rig: Rig) -> None:
     """A ready server is "running" with its version, pid, device pool and host pool figures."""
     rig.start()
@@ -122,6 +124,7 @@ def test_running_server_status_reads_server_info_and_sizes_the_pool(rig: Rig) ->
     assert ram["available_gb"] + ram["server_held_gb"] == pytest.approx(445.0, abs=0.05)
 
 
+@pytest.mark.slow
 def test_fingerprint_is_stable_and_changes_with_the_server(rig: Rig) -> None:
     """Two reads agree; a restart (new pid) and a rewritten HiCache flag each change it."""
     rig.start()
@@ -136,6 +139,7 @@ def test_fingerprint_is_stable_and_changes_with_the_server(rig: Rig) -> None:
     assert rig.facts.snapshot().fingerprint != restarted
 
 
+@pytest.mark.slow
 def test_plan_size_300_is_refused_with_the_arithmetic(rig: Rig) -> None:
     """The field notes' 8 x 300 GB request is refused, the reason showing 2400 GB vs the budget."""
     rig.start()
@@ -147,6 +151,7 @@ def test_plan_size_300_is_refused_with_the_arithmetic(rig: Rig) -> None:
     assert fingerprint == rig.facts.snapshot().fingerprint
 
 
+@pytest.mark.slow
 def test_plan_size_48_fits(rig: Rig) -> None:
     """48 GB per rank (384 GB on 8 ranks) fits the 449 GB host, as it did in the field notes."""
     rig.start()
@@ -155,6 +160,7 @@ def test_plan_size_48_fits(rig: Rig) -> None:
     assert plan.total_gb == pytest.approx(384.0, abs=0.1)
 
 
+@pytest.mark.slow
 def test_plan_ratio_4_gives_44_77_gb_per_rank(rig: Rig) -> None:
     """Ratio 4 on the kimi profile is ~44.77 GB per rank (not the operator's 41.6 GB)."""
     rig.start()
@@ -216,6 +222,7 @@ def test_fingerprint_names_config_pid_start_and_version() -> None:
     assert fingerprint_of(HiCacheSetting(enabled=True, size_gb=48), 10, 100.0, "0.5.23") != base
 
 
+@pytest.mark.slow
 def test_stopped_server_capacity_comes_from_its_startup_log(rig: Rig) -> None:
     """After the server stops, the device and host pools are read from its last startup log,
     so a ratio can still be planned (~44.77 GB per rank for ratio 4)."""
@@ -303,6 +310,7 @@ def test_a_failing_gpu_probe_is_unavailable_with_the_reason_not_a_crash(tmp_path
     assert body["config"]["effective"] == "ratio 2 x device pool"
 
 
+@pytest.mark.slow
 def test_the_pools_come_from_the_beginning_of_the_last_run(rig: Rig) -> None:
     """With the server stopped, the pools are read from the start of its last run, however many
     request lines it printed after its startup (a tail of the log would no longer hold them)."""

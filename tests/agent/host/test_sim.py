@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from types import MappingProxyType
 
+import pytest
+
 from bot.agent.config import AgentSettings
 from bot.agent.host.sim import SimProbe
 from bot.agent.service import make_probe
@@ -31,6 +33,7 @@ def test_idle_simulated_host_reports_the_profile(tmp_path: Path) -> None:
     assert probe.process_tree_rss(2**22 + 3) == 0
 
 
+@pytest.mark.slow
 def test_stray_from_the_simulator_holds_the_gpus(tmp_path: Path, spawn: Spawn) -> None:
     """A simulated stray scheduler shows on the GPUs it claims and as a stray of that simulated
     host, and of no other."""

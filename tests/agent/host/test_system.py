@@ -135,6 +135,7 @@ class FakeNvml:
         return self.processes[index]
 
 
+@pytest.mark.slow
 def test_gpu_processes_are_named_through_psutil(spawn: Spawn) -> None:
     """Compute pids from NVML get their process names from psutil (fake NVML: no GPU here)."""
     child = spawn("sleep", "30")
@@ -148,6 +149,7 @@ def test_gpu_processes_are_named_through_psutil(spawn: Spawn) -> None:
     assert facts.gpus[1].processes == (GpuProcess(gone_pid, "?", 5),)
 
 
+@pytest.mark.slow
 def test_nvml_is_initialised_once(spawn: Spawn) -> None:
     """Repeated gpus() calls initialise NVML only the first time (fake NVML: no GPU here)."""
     nvml = FakeNvml({0: []})
@@ -175,6 +177,7 @@ def test_other_nvml_failures_are_gpu_probe_errors() -> None:
         SystemProbe(nvml=nvml).gpus()
 
 
+@pytest.mark.slow
 def test_process_tree_rss_counts_descendants_and_is_zero_when_gone(spawn: Spawn) -> None:
     """A real parent+child tree holds more than the parent alone, and 0 after it exits."""
     parent = spawn(
@@ -195,6 +198,7 @@ def test_process_tree_rss_counts_descendants_and_is_zero_when_gone(spawn: Spawn)
     assert probe.process_tree_rss(parent.pid) == 0
 
 
+@pytest.mark.slow
 def test_stray_scheduler_is_found_unless_it_belongs_to_the_server(spawn: Spawn) -> None:
     """A process titled sglang::scheduler_TP0 is a stray unless in the excluded server tree."""
     stray = spawn("bash", "-c", "exec -a sglang::scheduler_TP0 sleep 30")
@@ -206,6 +210,7 @@ def test_stray_scheduler_is_found_unless_it_belongs_to_the_server(spawn: Spawn) 
     assert not [i for i in probe.stray_server_processes([stray.pid]) if i.pid == stray.pid]
 
 
+@pytest.mark.slow
 def test_stray_detokenizer_child_of_excluded_server_is_not_a_stray(spawn: Spawn) -> None:
     """A detokenizer inside the running server's tree is part of the server, not a stray."""
     server = spawn("bash", "-c", "(exec -a sglang::detokenizer sleep 30) & wait")

@@ -114,6 +114,7 @@ BAD_AUTH: list[bytes | None] = [
 ]
 
 
+@pytest.mark.slow
 def test_every_route_but_healthz_needs_the_token(live: Live) -> None:
     """Missing, malformed and wrong tokens get 401 {"detail": "unauthorized"} on every route."""
     for method, path, body in ROUTES:
@@ -129,6 +130,7 @@ def test_every_route_but_healthz_needs_the_token(live: Live) -> None:
     assert live.server_pid() is None
 
 
+@pytest.mark.slow
 def test_the_token_never_shows_in_responses_or_logs(
     live: Live, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -180,6 +182,7 @@ def _post(live: Live, path: str, kwargs: dict[str, Any]) -> httpx.Response:
     return live.http.post(path, headers=headers, **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "kwargs", "named"), MALFORMED)
 def test_malformed_bodies_get_422_naming_the_field(
     live: Live, path: str, kwargs: dict[str, Any], named: str
@@ -191,6 +194,7 @@ def test_malformed_bodies_get_422_naming_the_field(
     assert len(response.content) < 8_000  # the input is not echoed back
 
 
+@pytest.mark.slow
 def test_malformed_bodies_change_nothing(live: Live) -> None:
     """After every malformed request the state directory is byte-for-byte the same and no
     operation or server was started."""
@@ -205,6 +209,7 @@ def test_malformed_bodies_change_nothing(live: Live) -> None:
     assert live.server_pid() is None
 
 
+@pytest.mark.slow
 def test_status_over_http_on_the_simulated_host(live: Live) -> None:
     """/v1/status reports the running simulator on the 449 GB, 8-GPU host with its config."""
     pid = live.start_server()
@@ -222,6 +227,7 @@ def test_status_over_http_on_the_simulated_host(live: Live) -> None:
     assert body["operation"] is None
 
 
+@pytest.mark.slow
 def test_plans_for_the_field_notes_cases(live: Live) -> None:
     """size 300 is refused with the arithmetic, 48 fits, ratio 4 is ~44.77 GB/rank, and the
     fingerprint is the one status shows; 44.5 and ratio -1 are 422 with the Plan."""
@@ -252,6 +258,7 @@ def test_plans_for_the_field_notes_cases(live: Live) -> None:
     assert negative.json()["plan"]["request"]["ratio"] == -1
 
 
+@pytest.mark.slow
 def test_refused_operation_is_422_and_stops_nothing(live: Live) -> None:
     """An 8 x 300 GB resize is refused with the Plan before the server is touched."""
     pid = live.start_server()
@@ -265,6 +272,7 @@ def test_refused_operation_is_422_and_stops_nothing(live: Live) -> None:
     assert live.http.get("/v1/operations", headers=auth()).json() == {"operations": []}
 
 
+@pytest.mark.slow
 def test_stale_fingerprint_is_409_and_stops_nothing(live: Live) -> None:
     """A proposal made on other facts (here after a server restart) is refused with 409."""
     live.start_server()
@@ -282,6 +290,7 @@ def test_stale_fingerprint_is_409_and_stops_nothing(live: Live) -> None:
     assert live.http.get("/v1/operations", headers=auth()).json() == {"operations": []}
 
 
+@pytest.mark.slow
 def test_concurrent_operation_is_409_with_holder_and_since(live: Live) -> None:
     """While a resize runs, a second request gets 409 naming who holds the server and since
     when; the first still ends ready and the revisions list both configs."""
@@ -311,6 +320,7 @@ def test_concurrent_operation_is_409_with_holder_and_since(live: Live) -> None:
     assert {revision["hicache"]["ratio"] for revision in revisions} >= {2.0, 4.0}
 
 
+@pytest.mark.slow
 def test_long_poll_answers_with_events_after_seq_and_404_for_unknown(live: Live) -> None:
     """Events after SEQ come back (a reconnecting client loses none); a huge wait is capped,
     not refused; an unknown operation is 404."""

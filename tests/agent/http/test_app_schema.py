@@ -22,6 +22,9 @@ from bot.agent.http.app import create_app
 from bot.agent.service import build_service
 from tests.agent._api_helpers import SMALL, agent_settings, auth, serve_in_thread
 
+# Real subprocesses or a real server with simulated timings: not in the fast loop.
+pytestmark = pytest.mark.slow
+
 MAX_EXAMPLES = 150
 # Generated waits are cut to this, so the examples stay fast (the cap itself is tested elsewhere).
 MAX_WAIT_S = 0.1
