@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kimi-ops-installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -n 2
+
+# The loop while editing: no real subprocesses, no simulated timings (those are marked slow).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -n 2
 
 bench: $(STAMP)
 	@set -e; for script in bench/*.py; do \

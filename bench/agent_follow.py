@@ -32,14 +32,16 @@ from typing import Any
 import psutil
 
 from bot.agent.config import AgentSettings, agent_settings_from_config
-from bot.agent.control import ServerProcessState, StopResult, make_control
-from bot.agent.facts import FactsService
-from bot.agent.operations import OperationManager
-from bot.agent.probe import GpuFacts, ProcessInfo, RamFacts, make_probe
+from bot.agent.control.protocol import ServerProcessState, StopResult
+from bot.agent.engine.manager import OperationManager
+from bot.agent.facts.snapshot import FactsService
+from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts
+from bot.agent.service import make_control, make_probe
 from bot.agent.sglang_client import SGLangClient
-from bot.agent.state import AgentState
+from bot.agent.state.agent_state import AgentState
 from bot.clock import SystemClock
 from bot.planner import GB, ChangeRequest, DevicePool, HostMemory, Plan, ServerFacts, make_plan
+from bot.vocab import OperationKind, ServerState
 
 READY_LINE = "The server is fired up and ready to roll!"
 POLL_S = 0.25
@@ -124,7 +126,7 @@ def ready_latency(starts: int) -> dict[str, Any]:
         tailer.start()
         latencies: list[float] = []
         try:
-            control.start()
+            control.start("bench:1")
             deadline = time.monotonic() + 60
             while client.health() != 200:
                 if time.monotonic() > deadline:
@@ -132,7 +134,7 @@ def ready_latency(starts: int) -> dict[str, Any]:
                 time.sleep(0.05)
             for _ in range(starts):
                 before = len(tailer.seen)
-                op = manager.submit("restart", actor="bench")
+                op = manager.submit(OperationKind.RESTART, actor="bench")
                 manager.join(op.id, 120)
                 events = state.events(op.id)
                 if events[-1].phase != "ready":
@@ -236,7 +238,7 @@ class _WriterControl:
     def previous_command(self) -> list[str] | None:
         return None
 
-    def start(self) -> None:
+    def start(self, marker: str) -> None:
         self.started_at = time.time()
         self.child = subprocess.Popen(
             [sys.executable, "-c", _WRITER, str(self.log_file), str(self.rate), str(self.seconds)]
@@ -251,8 +253,11 @@ class _WriterControl:
 
     def status(self) -> ServerProcessState:
         if self.child is not None and self.child.poll() is None:
-            return ServerProcessState("active", self.child.pid, None, self.started_at)
-        return ServerProcessState("inactive", None, None, self.started_at)
+            return ServerProcessState(ServerState.RUNNING, self.child.pid, None, self.started_at)
+        return ServerProcessState(ServerState.STOPPED, None, None, self.started_at)
+
+    def started(self, marker: str) -> bool:
+        return self.child is not None
 
     def open_log(self, since: float | None = None) -> _FileTail:
         return _FileTail(self.log_file, 0)
@@ -298,7 +303,7 @@ def follow_cost(seconds: float, rate_mb_s: float = 5.0) -> dict[str, Any]:
                                    SystemClock(), _planner)  # fmt: skip
         me = psutil.Process()
         try:
-            manager.submit("resize", actor="bench", ratio=4)
+            manager.submit(OperationKind.RESIZE, actor="bench", ratio=4)
             time.sleep(1.0)  # past the stop and the start
             rss_before = me.memory_info().rss
             cpu0, wall0 = me.cpu_times(), time.monotonic()

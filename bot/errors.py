@@ -15,11 +15,11 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   ├── CommandLineError .... the server command line cannot be rewritten or fails validation
     │   ├── BackendError ........ systemd / process backend failed (start, stop, status, log)
     │   └── GpusBusyError ....... GPUs still hold compute processes after the stop
+    ├── NotFound ................ no such operation, revision or proposal (the agent's API: 404)
     ├── OperationError .......... an operation request cannot be carried out
     │   ├── OperationConflict ... another operation holds the server (who, since when)
     │   ├── StaleProposal ....... the facts changed since the proposal was made
-    │   ├── PlanRefused ......... the planner's verdict is "refused" (carries the Plan)
-    │   └── NotFound ............ no such operation or revision
+    │   └── PlanRefused ......... the planner's verdict is "refused" (carries the Plan)
     ├── AgentError .............. the bot could not get an answer it can use from an agent
     │   ├── AgentUnreachable .... connection refused, timeout, DNS
     │   ├── AgentAuthError ...... 401 from the agent
@@ -28,6 +28,10 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   └── MigrationError ...... the schema cannot be brought to the expected revision
     ├── SimError ................ the simulator was given a profile or a setting it cannot use
     └── DemoError ............... ``make demo``'s machine (agent, simulator) did not come up
+
+Nothing raises the root itself: each error names its kind by its class. Control flow that is not
+an error stays local to its module and outside this tree (the engine's ``Abandoned``, raised when
+the agent shuts down mid-operation, and the crash tests' ``SimulatedCrash``, a BaseException).
 
 Messages name the value at fault and, where there is one, the fix:
 "hicache size '44.5' is not a whole number of GB; SGLang takes integers (try 44 or 45)."
@@ -143,8 +147,9 @@ class PlanRefused(OperationError):
         self.plan = plan
 
 
-class NotFound(OperationError):
-    """No operation or revision with that id."""
+class NotFound(KimiOpsError):
+    """No operation, revision or proposal with that id (not an operation's failure: the store
+    raises it for proposals too)."""
 
 
 class AgentError(KimiOpsError):

@@ -1,22 +1,21 @@
 """The agent: the one component on the GPU host that touches the SGLang server.
 
-Its edges, each behind a small seam so the operation runner above them can be tested:
+Where things are (each subpackage lists its modules in its own docstring):
 
-- settings: :mod:`bot.agent.config` (``AgentSettings``, ``load_agent_settings``)
-- host facts: :mod:`bot.agent.probe` (``HostProbe``, ``SystemProbe``, ``make_probe``)
-- command line: :mod:`bot.agent.cmdline` (read, rewrite and validate SGLang's HiCache flags)
-- server control: :mod:`bot.agent.control` (``ServerControl``, ``make_control``)
-- waiting for GPUs: :mod:`bot.agent.gpu_wait` (``wait_for_gpus_free``)
-- facts, status and plans: :mod:`bot.agent.facts` (``FactsService``, ``fingerprint_of``)
-- the HTTP API and the composed agent: :mod:`bot.agent.api` (``create_app``),
-  :mod:`bot.agent.service` (``AgentService``, ``build_service``)
-- operations: :mod:`bot.agent.operations` (``OperationManager``), their state
-  :mod:`bot.agent.state` (``AgentState``, views) and :mod:`bot.agent.sglang_client`
+- settings: :mod:`bot.agent.config`; the server's command line: :mod:`bot.agent.cmdline`
+- the composition root: :mod:`bot.agent.service` (``build_service``, the backend and probe
+  factories); the command: :mod:`bot.agent.cli`
+- host facts: :mod:`bot.agent.host` (``HostProbe``; the real host, the simulated one)
+- server control: :mod:`bot.agent.control` (``ServerControl``; process and systemd backends)
+- facts, fingerprints and plans: :mod:`bot.agent.facts`
+- operations (stop, wait, start, follow, roll back, resume): :mod:`bot.agent.engine`
+- the agent's state file (operations, events, revisions, resume points): :mod:`bot.agent.state`
+- the HTTP API and the ``/v1/status`` body: :mod:`bot.agent.http`
+- SGLang's HTTP endpoints: :mod:`bot.agent.sglang_client`
 """
 
 from __future__ import annotations
 
-from bot.agent.api import create_app
 from bot.agent.cmdline import (
     HiCacheSetting,
     Topology,
@@ -26,17 +25,10 @@ from bot.agent.cmdline import (
     validate_command,
 )
 from bot.agent.config import AgentSettings, load_agent_settings
-from bot.agent.control import (
-    LogSource,
-    ServerControl,
-    ServerProcessState,
-    StopResult,
-    make_control,
-)
-from bot.agent.facts import FactsService, HostSnapshot, fingerprint_of
-from bot.agent.gpu_wait import WaitResult, wait_for_gpus_free
-from bot.agent.operations import OperationManager
-from bot.agent.probe import (
+from bot.agent.control import LogSource, ServerControl, ServerProcessState, StopResult
+from bot.agent.engine import OperationManager, WaitResult, wait_for_gpus_free
+from bot.agent.facts import FactsService, FactsSnapshot, fingerprint_of
+from bot.agent.host import (
     GpuFacts,
     GpuInfo,
     GpuProcess,
@@ -44,29 +36,30 @@ from bot.agent.probe import (
     ProcessInfo,
     RamFacts,
     SystemProbe,
-    make_probe,
 )
-from bot.agent.service import AgentService, build_service
+from bot.agent.http import create_app
+from bot.agent.service import AgentService, build_service, make_control, make_probe
 from bot.agent.sglang_client import SGLangClient
-from bot.agent.state import AgentState, OperationEvent, OperationView, RevisionView
+from bot.agent.state import AgentState, OperationView, ProgressEvent, ResumePoint, RevisionView
 
 __all__ = [
     "AgentService",
     "AgentSettings",
     "AgentState",
     "FactsService",
+    "FactsSnapshot",
     "GpuFacts",
     "GpuInfo",
     "GpuProcess",
     "HiCacheSetting",
     "HostProbe",
-    "HostSnapshot",
     "LogSource",
-    "OperationEvent",
     "OperationManager",
     "OperationView",
     "ProcessInfo",
+    "ProgressEvent",
     "RamFacts",
+    "ResumePoint",
     "RevisionView",
     "SGLangClient",
     "ServerControl",

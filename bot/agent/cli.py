@@ -27,8 +27,8 @@ from types import FrameType
 import anyio.to_thread
 import uvicorn
 
-from bot.agent.api import create_app
 from bot.agent.config import AgentSettings, load_agent_settings
+from bot.agent.http.app import create_app
 from bot.agent.service import build_service
 from bot.errors import ConfigError
 from bot.settings import CONFIG_ENV, find_config_path

@@ -1,8 +1,13 @@
-"""The agent as one object: facts and the operation engine, composed from the settings.
+"""The composition root: the agent as one object, wired from its settings.
 
-``build_service(settings)`` wires the real parts (the probe, the control backend, the SGLang
-client, the state file, the clock); ``create_app(service)`` serves it over HTTP. Tests build the
-same service on a temporary state directory and the simulator.
+``build_service(settings)`` makes the real parts (the probe ``[agent] probe`` names, the backend
+``[agent] backend`` names, the SGLang client, the state file, the clock) and composes facts and
+the operation engine from them; ``create_app(service)`` serves it over HTTP. Every part can be
+given instead (``control=``, ``probe=``, ``clock=``, ``sglang=``, ``state=``, ``crash_points=``),
+so tests hand the agent their doubles here rather than re-wiring the object graph themselves.
+
+This is the only module that knows every implementation: the factories live here, so the
+seams (``bot.agent.control``, ``bot.agent.host``) never import their implementations back.
 """
 
 from __future__ import annotations
@@ -10,35 +15,75 @@ from __future__ import annotations
 from typing import Any
 
 from bot.agent.config import AgentSettings
-from bot.agent.control import make_control
-from bot.agent.facts import FactsService
-from bot.agent.operations import OperationManager
-from bot.agent.probe import make_probe
+from bot.agent.control.process import ProcessControl
+from bot.agent.control.protocol import ServerControl
+from bot.agent.control.systemd import SystemdControl
+from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
+from bot.agent.engine.manager import OperationManager
+from bot.agent.facts.snapshot import FactsService
+from bot.agent.host.probe import HostProbe
+from bot.agent.host.system import SystemProbe
+from bot.agent.http.status import status_body
 from bot.agent.sglang_client import SGLangClient
-from bot.agent.state import AgentState, OperationEvent, OperationView, RevisionView
+from bot.agent.state.agent_state import AgentState
+from bot.agent.state.views import OperationView, ProgressEvent, RevisionView
 from bot.clock import Clock, SystemClock
+from bot.errors import ConfigError
 from bot.planner import ChangeRequest, Plan
 from bot.settings import Secret
+from bot.vocab import OperationKind
 
-__all__ = ["AgentService", "build_service"]
+__all__ = ["AgentService", "build_service", "make_control", "make_probe"]
+
+
+def make_control(settings: AgentSettings, clock: Clock | None = None) -> ServerControl:
+    """The backend ``[agent] backend`` names: "process" or "systemd"."""
+    used_clock = clock if clock is not None else SystemClock()
+    if settings.backend == "process":
+        return ProcessControl.from_settings(settings, used_clock)
+    if settings.backend == "systemd":
+        return SystemdControl.from_settings(settings, used_clock)
+    raise ConfigError(f"[agent] backend is {settings.backend!r}; expected one of: process, systemd")
+
+
+def make_probe(settings: AgentSettings) -> HostProbe:
+    """The probe ``[agent] probe`` names: "host" (this machine) or "sim" (the simulator's host)."""
+    if settings.probe == "host":
+        return SystemProbe()
+    if settings.probe == "sim":
+        from bot.agent.host.sim import SimProbe  # the simulator is only needed here
+
+        return SimProbe.from_settings(settings)
+    raise ConfigError(f"[agent] probe is {settings.probe!r}; expected one of: host, sim")
 
 
 class AgentService:
-    """What the HTTP API serves: facts for status and plans, the manager for operations."""
+    """What the HTTP API serves: facts for status and plans, the manager for operations.
+
+    The parts it was built from stay readable (``control``, ``probe``, ``state``, ``clock``,
+    ``sglang``), so a test asks the service, not a private attribute, what it runs on.
+    """
 
     def __init__(
         self,
         settings: AgentSettings,
         facts: FactsService,
         manager: OperationManager,
-        sglang: SGLangClient | None = None,
-        state: AgentState | None = None,
+        *,
+        control: ServerControl,
+        probe: HostProbe,
+        sglang: SGLangClient,
+        state: AgentState,
+        clock: Clock,
     ) -> None:
         self.settings = settings
         self.facts = facts
         self.manager = manager
-        self._sglang = sglang
-        self._state = state
+        self.control = control
+        self.probe = probe
+        self.sglang = sglang
+        self.state = state
+        self.clock = clock
 
     @property
     def token(self) -> Secret:
@@ -47,14 +92,14 @@ class AgentService:
     def status(self) -> dict[str, Any]:
         """The ``/v1/status`` body, with the running operation if there is one."""
         current = self.manager.current()
-        return self.facts.status(None if current is None else current.to_dict())
+        return status_body(self.facts.snapshot(), None if current is None else current.to_dict())
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
         return self.facts.plan(request)
 
     def submit(
         self,
-        kind: str,
+        kind: OperationKind,
         actor: str,
         ratio: float | None = None,
         size_gb: float | None = None,
@@ -75,7 +120,7 @@ class AgentService:
 
     def wait_events(
         self, op_id: int, after: int, wait_s: float
-    ) -> tuple[OperationView, list[OperationEvent]]:
+    ) -> tuple[OperationView, list[ProgressEvent]]:
         return self.manager.wait_events(op_id, after, wait_s)
 
     def recent(self, limit: int) -> list[OperationView]:
@@ -84,26 +129,54 @@ class AgentService:
     def revisions(self) -> list[RevisionView]:
         return self.manager.revisions()
 
-    def resume(self) -> None:
-        """Re-attach to an operation left unfinished by an earlier run of the agent."""
-        self.manager.resume()
+    def resume(self) -> list[int]:
+        """Re-attach to operations left unfinished by an earlier run of the agent; their ids."""
+        return self.manager.resume()
 
     def close(self) -> None:
         """Stop watching (the server keeps running) and release the client and the state."""
         self.manager.close()
-        if self._sglang is not None:
-            self._sglang.close()
-        if self._state is not None:
-            self._state.close()
+        self.sglang.close()
+        self.state.close()
 
 
-def build_service(settings: AgentSettings, *, clock: Clock | None = None) -> AgentService:
-    """Compose the agent from ``settings`` (whose loading already checked the token)."""
+def build_service(
+    settings: AgentSettings,
+    *,
+    clock: Clock | None = None,
+    control: ServerControl | None = None,
+    probe: HostProbe | None = None,
+    sglang: SGLangClient | None = None,
+    state: AgentState | None = None,
+    crash_points: CrashPoints | None = None,
+    health_grace_s: float | None = None,
+) -> AgentService:
+    """Compose the agent from ``settings`` (whose loading already checked the token); each
+    keyword replaces the part the settings would make."""
     used_clock = clock if clock is not None else SystemClock()
-    probe = make_probe(settings)
-    control = make_control(settings, used_clock)
-    sglang = SGLangClient(settings.server_url)
-    state = AgentState(settings.state_dir)
-    facts = FactsService(settings, probe, control, sglang, state, used_clock)
-    manager = OperationManager(settings, control, probe, sglang, state, used_clock, facts.plan)
-    return AgentService(settings, facts, manager, sglang=sglang, state=state)
+    used_probe = probe if probe is not None else make_probe(settings)
+    used_control = control if control is not None else make_control(settings, used_clock)
+    used_sglang = sglang if sglang is not None else SGLangClient(settings.server_url)
+    used_state = state if state is not None else AgentState(settings.state_dir)
+    facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)
+    manager = OperationManager(
+        settings,
+        used_control,
+        used_probe,
+        used_sglang,
+        used_state,
+        used_clock,
+        facts.plan,
+        health_grace_s=health_grace_s,
+        crash_points=NO_CRASHES if crash_points is None else crash_points,
+    )
+    return AgentService(
+        settings,
+        facts,
+        manager,
+        control=used_control,
+        probe=used_probe,
+        sglang=used_sglang,
+        state=used_state,
+        clock=used_clock,
+    )

@@ -1,8 +1,8 @@
 """The agent's HTTP client for the SGLang server it controls.
 
 Three questions, each answered with ``None`` when the server cannot be reached (connection
-refused, timeout: SGLang opens its port only once uvicorn starts, SGLANG_FACTS.md section 3 line
-15), never with an exception:
+refused, timeout: SGLang opens its port only once uvicorn starts, docs/sglang.md, startup
+phases), never with an exception:
 
 - ``health()``: the status code of ``GET /health``. The body is empty, so only the code counts
   (grepping it for "ok" never matches: the field notes' loop timed out twice on a healthy server).

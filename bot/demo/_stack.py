@@ -129,7 +129,7 @@ def _stop_server(config: Path, env: dict[str, str]) -> None:
     """The agent leaves SGLang running when it exits (by design); the demo stops it through the
     same control backend the agent uses."""
     from bot.agent.config import load_agent_settings
-    from bot.agent.control import make_control
+    from bot.agent.service import make_control
 
     settings = load_agent_settings(config, env)
     make_control(settings).stop(settings.stop_grace_s)

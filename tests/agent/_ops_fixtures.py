@@ -16,13 +16,12 @@ import psutil
 import pytest
 
 from bot.agent.config import AgentSettings, agent_settings_from_config
-from bot.agent.control import ServerControl, make_control
-from bot.agent.facts import FactsService
-from bot.agent.operations import OperationManager
-from bot.agent.probe import make_probe
+from bot.agent.control.process import ProcessControl
+from bot.agent.control.protocol import ServerControl
+from bot.agent.engine.manager import OperationManager
+from bot.agent.service import build_service, make_control
 from bot.agent.sglang_client import SGLangClient
-from bot.agent.state import AgentState, OperationEvent, OperationView
-from bot.clock import SystemClock
+from bot.agent.state.agent_state import AgentState, OperationView, ProgressEvent
 
 # Real time at this scale: a small-profile start takes well under a second, the Kimi one ~7 s.
 FAST = "0.01"
@@ -61,21 +60,19 @@ class Harness:
         return control, state, client
 
     def manager(self, fresh: bool = False, sglang: Any = None, **kwargs: Any) -> OperationManager:
-        """A manager on this harness; ``sglang`` replaces the runner's SGLang client."""
+        """A manager composed by the agent's own root on this harness; ``sglang`` replaces the
+        SGLang client (the runner's and the facts')."""
         control, state, client = self.parts(fresh)
-        probe = make_probe(self.settings)
-        clock = SystemClock()
-        facts = FactsService(self.settings, probe, control, client, state, clock)
-        manager = OperationManager(
-            self.settings, control, probe, sglang or client, state, clock, facts.plan, **kwargs
+        service = build_service(
+            self.settings, control=control, state=state, sglang=sglang or client, **kwargs
         )
-        self.managers.append(manager)
-        return manager
+        self.managers.append(service.manager)
+        return service.manager
 
     def start_server(self) -> int:
         """Start the configured command and wait for health 200; returns its pid."""
         control, _, client = self.parts()
-        control.start()
+        control.start("test:1")
         deadline = time.monotonic() + 60
         while client.health() != 200:
             assert time.monotonic() < deadline, "the simulator did not become healthy in 60 s"
@@ -145,9 +142,8 @@ def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
                 control.stop(5)  # reaps the child this control started
             # A server this control started but another agent instance stopped was never
             # collected through its Popen, which would warn when garbage-collected.
-            child = getattr(control, "_child", None)
-            if child is not None:
-                child.poll()
+            if isinstance(control, ProcessControl):
+                control.release()
 
 
 def _kill_simulators(tmp: Path) -> None:
@@ -178,7 +174,7 @@ def wait_final(manager: OperationManager, op_id: int, timeout_s: float = 90) -> 
         assert time.monotonic() < deadline, f"operation {op_id} not final in {timeout_s} s"
 
 
-def phases(events: list[OperationEvent]) -> list[str]:
+def phases(events: list[ProgressEvent]) -> list[str]:
     """The phases in order, each run of one phase once."""
     out: list[str] = []
     for event in events:

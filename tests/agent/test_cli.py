@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bot.agent.config import load_agent_settings
 from tests.agent._api_helpers import (
@@ -24,6 +25,9 @@ from tests.agent._api_helpers import (
     write_config,
 )
 from tests.agent.conftest import PYTHON
+
+# Real subprocesses or a real server with simulated timings: not in the fast loop.
+pytestmark = pytest.mark.slow
 
 
 def _state_dir(config: Path) -> Path:

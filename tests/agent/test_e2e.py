@@ -19,10 +19,13 @@ import httpx
 import pytest
 
 from bot.agent.config import AgentSettings, load_agent_settings
-from bot.agent.control import make_control
+from bot.agent.service import make_control
 from bot.agent.sglang_client import SGLangClient
 from tests.agent._api_helpers import TOKEN, TOKEN_ENV, agent_env, auth, run_agent, write_config
 from tests.agent.conftest import PYTHON, wait_until
+
+# Real subprocesses or a real server with simulated timings: not in the fast loop.
+pytestmark = pytest.mark.slow
 
 GB = 1e9
 DEVICE_TOKENS = 159_274  # kimi-k25-8gpu at mem fraction 0.88
@@ -48,8 +51,8 @@ START_SERVER = (
     "import os, sys\n"
     "from pathlib import Path\n"
     "from bot.agent.config import load_agent_settings\n"
-    "from bot.agent.control import make_control\n"
-    "make_control(load_agent_settings(Path(sys.argv[1]), os.environ)).start()\n"
+    "from bot.agent.service import make_control\n"
+    'make_control(load_agent_settings(Path(sys.argv[1]), os.environ)).start("e2e:1")\n'
 )
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from bot.agent.config import load_agent_settings
-from bot.agent.control import make_control
+from bot.agent.service import make_control
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
 from bot.planner import StartSample, Verdict

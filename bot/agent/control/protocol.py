@@ -1,0 +1,133 @@
+"""Server control: the one seam through which the agent starts, stops and reads the server.
+
+Two backends implement ``ServerControl``: ``process`` (the agent launches the argv itself,
+``bot.agent.control.process``) and ``systemd`` (a drop-in on the unit, ``systemctl`` and
+``journalctl``, ``bot.agent.control.systemd``). Both persist what they need in the state
+directory or the service manager, so a restarted agent re-attaches to the server it started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from bot.vocab import ServerState
+
+__all__ = [
+    "MARKER_ENV",
+    "LogSource",
+    "ServerControl",
+    "ServerProcessState",
+    "StopHow",
+    "StopResult",
+]
+
+#: The variable in a started server's environment naming the start (``<operation id>:<start n>``),
+#: so a restarted agent finds a server it spawned but had no time to record.
+MARKER_ENV = "KIMI_OPS_OPERATION"
+
+StopHow = Literal["not_running", "terminated", "killed"]
+
+
+@dataclass(frozen=True)
+class ServerProcessState:
+    """The server process as the service manager sees it (not whether it serves yet).
+
+    ``state`` is a ``ServerState``: running, starting (systemd is activating it), stopped (never
+    started, stopped, or exited 0) or failed (exited non-zero or died on its own); each backend
+    maps its own words onto these.
+    ``exit_status`` is the last exit code when known; a signal is negative (-9 for SIGKILL) for
+    the process backend's own child, and 137-style codes come through as the manager reports them.
+    ``started_at`` is the Unix time the current or last process started.
+    """
+
+    state: ServerState
+    main_pid: int | None = None
+    exit_status: int | None = None
+    started_at: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state.running
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """How a stop ended: "not_running" (nothing to stop), "terminated" (SIGTERM sufficed) or
+    "killed" (SIGKILL after the grace period), how long it took, and the exit status if known."""
+
+    how: StopHow
+    duration_s: float
+    exit_status: int | None = None
+
+
+class LogSource(Protocol):
+    """New server output, read without blocking."""
+
+    def read_new(self) -> str:
+        """Text written since the last call ("" if none); may end mid-line."""
+        ...
+
+    def close(self) -> None:
+        """Release the file or subprocess behind the source."""
+        ...
+
+
+class ServerControl(Protocol):
+    """What the agent does to the server. Errors are ``BackendError`` (or ``CommandLineError``)."""
+
+    name: str
+
+    def read_command(self) -> list[str]:
+        """The server's current launch argv."""
+        ...
+
+    def write_command(self, argv: Sequence[str]) -> None:
+        """Make ``argv`` the launch command for the next start, atomically, keeping the
+        previous command (see ``previous_command``). Does not restart anything."""
+        ...
+
+    def previous_command(self) -> list[str] | None:
+        """The command before the last ``write_command``, or None if there was none."""
+        ...
+
+    def start(self, marker: str) -> None:
+        """Start the server with the current command. Raises BackendError if it is running.
+
+        ``marker`` names this start (``<operation id>:<start n>``). The backend records it before
+        it spawns anything, so ``started(marker)`` can tell later whether the spawn happened."""
+        ...
+
+    def started(self, marker: str) -> bool:
+        """Whether the most recent start is the one named ``marker`` (it may have exited since).
+
+        A restarted agent asks this about a start it recorded but may not have seen through:
+        True means that server exists (or existed) and is to be followed, never started again.
+        """
+        ...
+
+    def stop(self, grace_s: float) -> StopResult:
+        """SIGTERM the server, SIGKILL after ``grace_s`` seconds; return how it ended."""
+        ...
+
+    def status(self) -> ServerProcessState:
+        """The server process's state now."""
+        ...
+
+    def open_log(self, since: float | None = None) -> LogSource:
+        """A source of server output: from the start at Unix time ``since`` when given (use the
+        ``started_at`` of ``status()`` to re-read the current run after an agent restart),
+        otherwise only what is written from now on."""
+        ...
+
+    def last_run_key(self) -> str | None:
+        """What identifies the most recent run (it changes with a new run, and may change as
+        its startup output grows), so a reader can cache a complete parse; None when there is
+        none."""
+        ...
+
+    def last_run_log(self, max_bytes: int) -> str:
+        """The beginning of the most recent run's output, at most ``max_bytes`` (its startup
+        lines, which give the device and host pools after the server stopped); '' if none."""
+        ...

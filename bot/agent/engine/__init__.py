@@ -1,0 +1,42 @@
+"""The operation engine: resizes, restarts and rollbacks, one at a time, resumable after a crash.
+
+- :mod:`bot.agent.engine.manager`: requests (checks, planning, records) and the threads;
+- :mod:`bot.agent.engine.runner`: one operation: stop, GPU wait, start, follow, roll back;
+- :mod:`bot.agent.engine.follower`: following one start to ready or failed (stall, ceiling);
+- :mod:`bot.agent.engine.watcher`: a start's log turned into events and figures (pure);
+- :mod:`bot.agent.engine.progress`: progress 0..1 and the ETA (pure);
+- :mod:`bot.agent.engine.gpu_wait`: waiting for the server's GPUs to free;
+- :mod:`bot.agent.engine.served_setting`: does ``/server_info`` show what was applied (pure);
+- :mod:`bot.agent.engine.event_log`: the operation's events, each step once;
+- :mod:`bot.agent.engine.context`: what the parts share;
+- :mod:`bot.agent.engine.crash_points`: where a crash test kills the engine.
+"""
+
+from __future__ import annotations
+
+from bot.agent.engine.context import RunnerContext, SGLangLike, StartOutcome
+from bot.agent.engine.crash_points import (
+    NO_CRASHES,
+    CrashAt,
+    CrashPoint,
+    CrashPoints,
+    SimulatedCrash,
+)
+from bot.agent.engine.gpu_wait import WaitResult, gpu_indices, wait_for_gpus_free
+from bot.agent.engine.manager import OperationManager, Planner
+
+__all__ = [
+    "NO_CRASHES",
+    "CrashAt",
+    "CrashPoint",
+    "CrashPoints",
+    "OperationManager",
+    "Planner",
+    "RunnerContext",
+    "SGLangLike",
+    "SimulatedCrash",
+    "StartOutcome",
+    "WaitResult",
+    "gpu_indices",
+    "wait_for_gpus_free",
+]

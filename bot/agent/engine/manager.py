@@ -1,0 +1,379 @@
+"""Operations on the server: resize, restart and rollback, one at a time, each in its own thread.
+
+``submit`` does everything that can refuse a request before anything is touched (re-plan on fresh
+facts, the proposal's fingerprint, a running operation, the target command line's validity),
+records the operation and its revision, and hands the work to a background thread (the agent's
+one concurrency model: threads; the HTTP layer only reads). Progress is an ordered, gap-free,
+persisted event list that clients long-poll with ``wait_events``::
+
+    manager.submit(OperationKind.RESIZE, actor="U024BE7LH", ratio=4, fingerprint="3f1c0a9e5d7b2c41")
+    -> OperationView(id=7, kind=OperationKind.RESIZE, state=OperationState.RUNNING, ...)
+    manager.wait_events(7, after=0, wait_s=30)
+    -> (OperationView(...), [ProgressEvent(seq=1, phase=EventPhase.PLANNED, ...), ...])
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from bot.agent.cmdline import (
+    HiCacheSetting,
+    read_hicache,
+    read_topology,
+    rewrite_hicache,
+    validate_command,
+)
+from bot.agent.config import AgentSettings
+from bot.agent.control.protocol import ServerControl
+from bot.agent.engine.context import RunnerContext, SGLangLike
+from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
+from bot.agent.engine.runner import Runner
+from bot.agent.host.probe import HostProbe
+from bot.agent.state.agent_state import AgentState
+from bot.agent.state.resume_point import ResumePoint, Stage, Step
+from bot.agent.state.views import OperationView, ProgressEvent, RevisionOutcome, RevisionView
+from bot.clock import Clock
+from bot.errors import (
+    CommandLineError,
+    InputError,
+    NotFound,
+    OperationConflict,
+    PlanRefused,
+    StaleProposal,
+)
+from bot.planner import ChangeRequest, Plan
+from bot.vocab import EventPhase, OperationKind
+
+__all__ = ["OperationManager", "Planner"]
+
+log = logging.getLogger(__name__)
+
+Planner = Callable[[ChangeRequest], tuple[Plan, str]]
+_MAX_ACTOR = 200
+
+
+class OperationManager:
+    """Runs the server's operations; one per server at a time (see the module docstring).
+
+    ``health_grace_s``: how long ``/health`` may keep failing after HTTP came up before the start
+    counts as failed (default: ``settings.stall_after_s``). ``crash_points``: the hook a crash
+    test passes (see ``bot.agent.engine.crash_points``); none in production.
+    """
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        control: ServerControl,
+        probe: HostProbe,
+        sglang: SGLangLike,
+        state: AgentState,
+        clock: Clock,
+        planner: Planner,
+        *,
+        health_grace_s: float | None = None,
+        crash_points: CrashPoints = NO_CRASHES,
+    ) -> None:
+        self.settings = settings
+        self.control = control
+        self.state = state
+        self.clock = clock
+        self.planner = planner
+        self._ctx = RunnerContext(
+            settings=settings,
+            control=control,
+            probe=probe,
+            sglang=sglang,
+            state=state,
+            clock=clock,
+            health_grace_s=settings.stall_after_s if health_grace_s is None else health_grace_s,
+            crash_points=crash_points,
+        )
+        self._lock = threading.Lock()
+        self._threads: dict[int, threading.Thread] = {}
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        kind: OperationKind | str,
+        actor: str,
+        ratio: float | None = None,
+        size_gb: float | None = None,
+        revision: int | None = None,
+        fingerprint: str | None = None,
+    ) -> OperationView:
+        """Start an operation, or raise (nothing changed) InputError, OperationConflict,
+        NotFound, StaleProposal or PlanRefused."""
+        kind = _check_input(kind, actor, ratio, size_gb, revision)
+        with self._lock:
+            running = self.state.unfinished_operations()
+            if running:
+                held = running[0]
+                raise OperationConflict(
+                    f"operation {held.id} ({held.kind}) by {held.actor} has been running since "
+                    f"{held.created_at}; wait for it to finish",
+                    holder=held.actor,
+                    since=held.created_at,
+                )
+            current_argv = self.control.read_command()
+            current_rev = self._recorded_revision(current_argv)
+            target_argv: list[str] | None = None
+            rollback_of: int | None = None
+            if kind is OperationKind.RESIZE:
+                size = int(size_gb) if size_gb is not None and size_gb == int(size_gb) else None
+                setting = HiCacheSetting(enabled=True, ratio=None if size else ratio, size_gb=size)
+            else:
+                target_argv, setting, rollback_of = self._target(
+                    kind, current_argv, current_rev, revision
+                )
+            plan, fresh = self._plan(kind, setting, ratio, size_gb)
+            # A refusal first: what does not fit (or SGLang would reject) is refused whatever
+            # the proposal it came from.
+            if plan is not None and not plan.fits:
+                raise PlanRefused(f"refused: {plan.reason}", plan=plan)
+            if fingerprint is not None and fresh is not None and fingerprint != fresh:
+                raise StaleProposal(
+                    f"the proposal was made on facts {fingerprint!r}, but they are now {fresh!r} "
+                    "(the server restarted or its config changed): plan again"
+                )
+            try:
+                if target_argv is None:
+                    target_argv = rewrite_hicache(current_argv, setting)
+                validate_command(target_argv)
+            except CommandLineError as exc:
+                raise InputError(f"the new command line is not valid: {exc}") from exc
+            # Only now, with every check passed, does the request write anything.
+            if current_rev is None:
+                current_rev = self._record_observed(current_argv)
+            if kind is OperationKind.ROLLBACK:
+                rollback_of = current_rev.id
+            return self._create(
+                kind, actor, ratio, size_gb, revision, plan, target_argv, setting, rollback_of
+            )
+
+    def _recorded_revision(self, argv: list[str]) -> RevisionView | None:
+        """The revision the server runs now, if the agent has recorded it."""
+        revisions = self.state.revisions()
+        if revisions and list(revisions[0].argv) == argv:
+            return revisions[0]
+        return None
+
+    def _record_observed(self, argv: list[str]) -> RevisionView:
+        """The first time (or after an edit outside the agent) the running config is recorded
+        as "observed", ready if the server answers 200 now, so a failed start can return to it."""
+        healthy = self._ctx.sglang.health() == 200
+        info = self._ctx.sglang.server_info() if healthy else None
+        tokens = info.get("max_total_num_tokens") if info else None
+        now = self.clock.now().isoformat(timespec="milliseconds")
+        rev_id = self.state.add_revision(
+            argv=argv,
+            hicache=asdict(read_hicache(argv)),
+            created_at=now,
+            actor="kimi-ops (found running)",
+            kind="observed",
+            outcome=RevisionOutcome.READY if healthy else RevisionOutcome.UNKNOWN,
+            became_ready=healthy,
+            device_tokens=int(tokens) if isinstance(tokens, int | float) else None,
+        )
+        found = self.state.revision(rev_id)
+        assert found is not None
+        return found
+
+    def _target(
+        self,
+        kind: OperationKind,
+        current_argv: list[str],
+        current: RevisionView | None,
+        revision: int | None,
+    ) -> tuple[list[str], HiCacheSetting, int | None]:
+        if kind is OperationKind.RESTART:
+            return current_argv, read_hicache(current_argv), None
+        if revision is not None:
+            target = self.state.revision(revision)
+            if target is None:
+                raise NotFound(f"no revision {revision}; GET /v1/revisions lists them")
+        else:
+            target = self.state.rollback_target(
+                None if current is None else current.id, current_argv
+            )
+            if target is None:
+                raise NotFound(
+                    "no earlier revision became ready to roll back to; name one with revision"
+                )
+        # rollback_of is the current revision, recorded once every check has passed.
+        return list(target.argv), read_hicache(list(target.argv)), None
+
+    def _plan(
+        self,
+        kind: OperationKind,
+        setting: HiCacheSetting,
+        ratio: float | None,
+        size_gb: float | None,
+    ) -> tuple[Plan | None, str | None]:
+        if kind is OperationKind.RESIZE:
+            request = ChangeRequest(ratio=ratio, size_gb=size_gb)
+        else:
+            effective = setting.effective()
+            if not effective.enabled:
+                return None, None  # no host pool: nothing to budget
+            request = ChangeRequest(ratio=effective.ratio, size_gb=effective.size_gb)
+        plan, fresh = self.planner(request)
+        return plan, fresh
+
+    def _create(
+        self,
+        kind: OperationKind,
+        actor: str,
+        ratio: float | None,
+        size_gb: float | None,
+        revision: int | None,
+        plan: Plan | None,
+        argv: list[str],
+        setting: HiCacheSetting,
+        rollback_of: int | None,
+    ) -> OperationView:
+        now = self.clock.now().isoformat(timespec="milliseconds")
+        request = {"kind": kind.value, "ratio": ratio, "size_gb": size_gb, "revision": revision}
+        plan_dict = None if plan is None else plan.to_dict()
+        op_id = self.state.create_operation(
+            kind=kind, actor=actor, created_at=now, request=request, plan=plan_dict,
+            rollback_of=rollback_of,
+        )  # fmt: skip
+        rev_id = self.state.add_revision(
+            argv=argv,
+            hicache=asdict(read_hicache(argv)),  # as written, write policy and all
+            created_at=now,
+            actor=actor,
+            kind=kind.value,
+            rollback_of=rollback_of,
+            operation_id=op_id,
+        )
+        expected_gb = None if plan is None else plan.per_rank_gb
+        self.state.update_operation(op_id, revision=rev_id)
+        self.state.save_resume_point(
+            op_id,
+            ResumePoint(Stage.APPLY, Step.STOPPING, rev_id, tuple(argv), expected_gb=expected_gb),
+        )
+        phrase = setting.effective_phrase()
+        message = f"{kind} to {phrase} by {actor}"
+        if plan is not None:
+            message += f": {plan.reason}"
+        data: dict[str, Any] = {
+            "revision": rev_id,
+            "setting": phrase,
+            "ranks": read_topology(argv).local_ranks,
+            "expected_startup_s": None if plan is None else plan.expected_startup_s,
+            "step": f"{Stage.APPLY.value}:{EventPhase.PLANNED.value}",
+        }
+        self.state.append_event(
+            op_id, at=now, phase=EventPhase.PLANNED, message=message, progress=0.0, data=data
+        )
+        self._spawn(op_id)
+        return self.get(op_id)
+
+    def _spawn(self, op_id: int) -> None:
+        runner = Runner(self._ctx, op_id)
+        thread = threading.Thread(target=runner.run, name=f"kimi-op-{op_id}", daemon=True)
+        self._threads[op_id] = thread
+        thread.start()
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get(self, op_id: int) -> OperationView:
+        view = self.state.operation(op_id)
+        if view is None:
+            raise NotFound(f"no operation {op_id}; GET /v1/operations lists recent ones")
+        return view
+
+    def wait_events(
+        self, op_id: int, after: int, wait_s: float
+    ) -> tuple[OperationView, list[ProgressEvent]]:
+        """Events with ``seq > after``: at once if there are any, else as soon as one is
+        recorded, else empty after ``wait_s``."""
+        self.get(op_id)  # NotFound before waiting
+        deadline = self.clock.monotonic() + max(0.0, wait_s)
+        while True:
+            events = self.state.events(op_id, after)
+            remaining = deadline - self.clock.monotonic()
+            if events or remaining <= 0 or self._ctx.stop.is_set():
+                return self.get(op_id), events
+            # Bounded wake-ups: an event written by another agent process wakes nobody here.
+            self.state.wait_changed(min(remaining, 0.5))
+
+    def recent(self, limit: int = 20) -> list[OperationView]:
+        return self.state.operations(limit)
+
+    def revisions(self) -> list[RevisionView]:
+        return self.state.revisions()
+
+    def current(self) -> OperationView | None:
+        """The operation running now, if any."""
+        running = self.state.unfinished_operations()
+        return running[0] if running else None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def resume(self) -> list[int]:
+        """Re-attach to every operation a previous agent left unfinished; returns their ids."""
+        resumed: list[int] = []
+        with self._lock:
+            for view in self.state.unfinished_operations():
+                if view.id in self._threads and self._threads[view.id].is_alive():
+                    continue
+                log.info("resuming operation %s (%s, %s)", view.id, view.kind, view.state)
+                self._spawn(view.id)
+                resumed.append(view.id)
+        return resumed
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop watching (operations stay resumable); the server is left as it is."""
+        self._ctx.stop.set()
+        for thread in list(self._threads.values()):
+            thread.join(timeout_s)
+
+    def join(self, op_id: int, timeout_s: float) -> bool:
+        """Wait for operation ``op_id``'s thread to end (tests, shutdown); True if it ended."""
+        thread = self._threads.get(op_id)
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+
+def _check_input(
+    kind: OperationKind | str,
+    actor: str,
+    ratio: float | None,
+    size_gb: float | None,
+    revision: int | None,
+) -> OperationKind:
+    """The kind as an ``OperationKind`` once every value checks out; InputError otherwise."""
+    try:
+        kind = OperationKind(kind)
+    except ValueError:
+        known = ", ".join(k.value for k in OperationKind)
+        raise InputError(f"operation kind {kind!r} is not one of {known}") from None
+    if not isinstance(actor, str) or not actor.strip() or len(actor) > _MAX_ACTOR:
+        raise InputError(f"actor must be a non-empty name of at most {_MAX_ACTOR} characters")
+    for name, value in (("ratio", ratio), ("size_gb", size_gb)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InputError(f"{name} must be a number, not {value!r}")
+        if value is not None and not math.isfinite(value):
+            raise InputError(f"{name} {value!r} is not a finite number; try 2 or 4 (ratio)")
+    if kind is OperationKind.RESIZE:
+        if ratio is None and size_gb is None:
+            raise InputError("resize needs a ratio (e.g. 4) or a size_gb (whole GB per rank)")
+        if revision is not None:
+            raise InputError("resize takes a ratio or a size_gb, not a revision")
+    elif ratio is not None or size_gb is not None:
+        raise InputError(f"{kind} takes no ratio or size_gb (use resize to change the size)")
+    if kind is not OperationKind.ROLLBACK and revision is not None:
+        raise InputError(f"{kind} takes no revision (only rollback does)")
+    if revision is not None and (isinstance(revision, bool) or not isinstance(revision, int)):
+        raise InputError(f"revision must be a whole number, not {revision!r}")
+    return kind

@@ -1,0 +1,312 @@
+"""The agent's HTTP API (FastAPI): status, plans, operations with a long-poll, revisions.
+
+Other tools script against it, so routes and fields are extended, never renamed. Every route but
+``GET /healthz`` needs ``Authorization: Bearer <token>`` (else ``401 {"detail": "unauthorized"}``).
+Bodies are JSON objects checked by pydantic models that forbid unknown fields; a wrong body is
+``422`` naming the field and changes nothing. Errors of the agent map to status codes:
+
+====================  ====  =========================================================
+PlanRefused           422   ``{"detail": reason, "plan": {...}}``
+InputError            422   ``{"detail": message}``
+StaleProposal         409   ``{"detail": message}``
+OperationConflict     409   ``{"detail": message, "holder": actor, "since": time}``
+NotFound              404   ``{"detail": message}``
+any other KimiOpsError 503  ``{"detail": message}`` (the host or the server could not answer)
+====================  ====  =========================================================
+
+Routes are plain ``def`` functions: FastAPI runs them in its thread pool, so a long-poll waiting
+on the operation engine never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Annotated, Any, Protocol
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bot.agent.http._auth import BearerAuth, CatchAll
+from bot.errors import (
+    InputError,
+    KimiOpsError,
+    NotFound,
+    OperationConflict,
+    PlanRefused,
+    StaleProposal,
+)
+from bot.planner import ChangeRequest, Plan
+from bot.settings import Secret
+from bot.vocab import OperationKind, OperationState
+
+__all__ = ["MAX_WAIT_S", "ApiService", "OperationBody", "PlanBody", "create_app"]
+
+#: The longest a long-poll is held open; a larger ``wait`` is cut to this.
+MAX_WAIT_S = 60.0
+# Far beyond any host (a PB per rank), small enough that the planner's arithmetic stays finite.
+_MAX_RATIO = 1e6
+_MAX_SIZE_GB = 1e6
+_SLICE_S = 1.0
+
+
+class _Dict(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class _Operation(_Dict, Protocol):
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def state(self) -> OperationState: ...
+
+
+class ApiService(Protocol):
+    """What the API asks of the agent (``bot.agent.service.AgentService`` provides it)."""
+
+    @property
+    def token(self) -> Secret: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def plan(self, request: ChangeRequest) -> tuple[Plan, str]: ...
+
+    def submit(
+        self,
+        kind: OperationKind,
+        actor: str,
+        ratio: float | None = None,
+        size_gb: float | None = None,
+        revision: int | None = None,
+        fingerprint: str | None = None,
+    ) -> _Operation: ...
+
+    def get(self, op_id: int) -> _Operation: ...
+
+    def wait_events(
+        self, op_id: int, after: int, wait_s: float
+    ) -> tuple[_Operation, list[Any]]: ...
+
+    def recent(self, limit: int) -> list[Any]: ...
+
+    def revisions(self) -> list[Any]: ...
+
+
+Ratio = Annotated[
+    float,
+    Field(
+        allow_inf_nan=False,
+        le=_MAX_RATIO,
+        description="host pool = ratio x device pool (SGLang --hicache-ratio), e.g. 4",
+    ),
+]
+SizeGb = Annotated[
+    float,
+    Field(
+        allow_inf_nan=False,
+        le=_MAX_SIZE_GB,
+        description="host pool GB (1e9 bytes) per rank, a whole number (SGLang --hicache-size)",
+    ),
+]
+
+
+class PlanBody(BaseModel):
+    """A HiCache change to size: ``{"ratio": 4}`` or ``{"size_gb": 48}`` (both: size wins)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ratio: Ratio | None = None
+    size_gb: SizeGb | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> PlanBody:
+        if self.ratio is None and self.size_gb is None:
+            raise ValueError('give "ratio" (e.g. 4) or "size_gb" (GB per rank, e.g. 48)')
+        return self
+
+
+class OperationBody(BaseModel):
+    """An operation to start: resize (ratio or size_gb), restart, or rollback (revision)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Annotated[OperationKind, Field(strict=False)]  # JSON gives the value, not the enum
+    actor: str = Field(min_length=1, max_length=200, description="who asked, for the audit")
+    ratio: Ratio | None = None
+    size_gb: SizeGb | None = None
+    revision: int | None = Field(default=None, ge=1, le=2**62, description="rollback target")
+    fingerprint: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="the fingerprint of the plan this request was proposed on",
+    )
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> OperationBody:
+        sizing = self.ratio is not None or self.size_gb is not None
+        if self.kind is OperationKind.RESIZE and not sizing:
+            raise ValueError('a resize needs "ratio" or "size_gb"')
+        if self.kind is not OperationKind.RESIZE and sizing:
+            raise ValueError(f'a {self.kind} takes no "ratio" or "size_gb"; use kind "resize"')
+        if self.kind is not OperationKind.ROLLBACK and self.revision is not None:
+            raise ValueError(f'"revision" belongs to a rollback, not a {self.kind}')
+        return self
+
+
+def create_app(service: ApiService) -> FastAPI:
+    """The ASGI app serving ``service``, guarded by its token."""
+    app = FastAPI(
+        title="kimi-ops agent",
+        version="1",
+        description="Plan, apply and watch SGLang HiCache changes on one GPU host.",
+        docs_url=None,
+        redoc_url=None,
+        responses={
+            401: {"description": 'missing or wrong bearer token: {"detail": "unauthorized"}'},
+            503: {"description": "the host, the server control or the state could not answer"},
+        },
+    )
+    _add_error_handlers(app)
+    # Set by the server on shutdown: long-polls then answer at once.
+    stopping = threading.Event()
+    app.state.stopping = stopping
+
+    @app.get("/healthz", summary="liveness of the agent itself (no token needed)")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/status", summary="host, server, config, capacity, RAM, GPUs, operation")
+    def status() -> dict[str, Any]:
+        return service.status()
+
+    @app.post(
+        "/v1/plans",
+        summary="size a HiCache change on live facts",
+        description=(
+            "200 with the Plan (verdict fits or refused, the reason showing the arithmetic) and "
+            "the fingerprint of the facts used; 422 with the Plan when SGLang itself would "
+            "reject the value (a size that is not a whole number of GB, a ratio <= 0)."
+        ),
+    )
+    def plan(body: PlanBody) -> dict[str, Any]:
+        request = ChangeRequest(ratio=body.ratio, size_gb=body.size_gb)
+        result, fingerprint = service.plan(request)
+        if not result.fits and _rejected_by_sglang(body):
+            raise PlanRefused(result.reason, plan=result)
+        return {"plan": result.to_dict(), "fingerprint": fingerprint}
+
+    @app.post(
+        "/v1/operations",
+        status_code=202,
+        summary="start a resize, restart or rollback",
+        description="Re-plans on fresh facts: 422 if refused, 409 if stale or busy, else 202.",
+        responses={
+            404: {"description": "rollback to a revision that does not exist"},
+            409: {"description": "stale fingerprint, or another operation holds the server"},
+            422: {"description": "invalid body, or the plan is refused (with the Plan)"},
+        },
+    )
+    def submit(body: OperationBody) -> JSONResponse:
+        operation = service.submit(
+            kind=body.kind,
+            actor=body.actor,
+            ratio=body.ratio,
+            size_gb=body.size_gb,
+            revision=body.revision,
+            fingerprint=body.fingerprint,
+        )
+        return JSONResponse(
+            {"id": operation.id, "operation": operation.to_dict()},
+            status_code=202,
+            headers={"location": f"/v1/operations/{operation.id}"},
+        )
+
+    @app.get(
+        "/v1/operations/{op_id}",
+        summary="an operation and its events after SEQ (long-poll up to WAIT seconds)",
+        description=f"WAIT is cut to {MAX_WAIT_S:g} s; events are kept, so nothing is lost.",
+        responses={404: {"description": "no such operation"}},
+    )
+    def operation(
+        op_id: Annotated[int, Path(ge=1, le=2**62)],
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        wait: Annotated[float, Query(ge=0, allow_inf_nan=False)] = 0.0,
+    ) -> dict[str, Any]:
+        # Wait in slices so a shutting-down agent frees this thread within a slice.
+        deadline = time.monotonic() + min(wait, MAX_WAIT_S)
+        while True:
+            remaining = deadline - time.monotonic()
+            view, events = service.wait_events(op_id, after, max(0.0, min(_SLICE_S, remaining)))
+            if events or remaining <= _SLICE_S or stopping.is_set():
+                break
+        listed = [event.to_dict() for event in events]
+        return {
+            "id": view.id,
+            "state": view.state,
+            "operation": view.to_dict(),
+            "events": listed,
+            "last_seq": listed[-1]["seq"] if listed else after,
+        }
+
+    @app.get("/v1/operations", summary="recent operations with their outcome, newest first")
+    def operations(limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:
+        return {"operations": [view.to_dict() for view in service.recent(limit)]}
+
+    @app.get("/v1/revisions", summary="the configurations this host has run, newest first")
+    def revisions() -> dict[str, Any]:
+        return {"revisions": [revision.to_dict() for revision in service.revisions()]}
+
+    # Outermost first: the catch-all wraps the token check, which runs before any routing.
+    app.add_middleware(BearerAuth, token=service.token, open_paths=("/healthz",))
+    app.add_middleware(CatchAll)
+    return app
+
+
+def _rejected_by_sglang(body: PlanBody) -> bool:
+    """The value itself is one SGLang refuses (not a budget question)."""
+    if body.size_gb is not None:
+        return body.size_gb <= 0 or body.size_gb != math.floor(body.size_gb)
+    return body.ratio is not None and body.ratio <= 0
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    def detail(status: int, exc: Exception, **extra: Any) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), **extra}, status_code=status)
+
+    async def plan_refused(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, PlanRefused)
+        plan = exc.plan.to_dict() if isinstance(exc.plan, Plan) else exc.plan
+        return detail(422, exc, plan=plan)
+
+    async def conflict(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, OperationConflict)
+        return detail(409, exc, holder=exc.holder, since=exc.since)
+
+    async def invalid(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        # Name the field and the rule; never echo the input back (it may be 10 kB of anything).
+        errors = [
+            {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error["type"]}
+            for error in exc.errors()
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    def fixed(status: int) -> Any:
+        async def handler(_request: Request, exc: Exception) -> JSONResponse:
+            return detail(status, exc)
+
+        return handler
+
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(PlanRefused, plan_refused)
+    app.add_exception_handler(OperationConflict, conflict)
+    app.add_exception_handler(StaleProposal, fixed(409))
+    app.add_exception_handler(NotFound, fixed(404))
+    app.add_exception_handler(InputError, fixed(422))
+    # The rest of the tree: the host, the backend or the store could not answer.
+    app.add_exception_handler(KimiOpsError, fixed(503))

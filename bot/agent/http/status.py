@@ -1,0 +1,123 @@
+"""The ``/v1/status`` body: a snapshot laid out as JSON, GB figures in GB (1e9) beside the bytes.
+
+A running server on the simulated 449 GB host gives, in part::
+
+    {"host": {"name": "kimi-01", "backend": "process", "probe": "sim"},
+     "server": {"state": "running", "health_code": 200, "version": "0.5.9", "pid": 4242,
+                "uptime_s": 812.4},
+     "config": {"enable_hierarchical_cache": true, "hicache_ratio": 2.0, "hicache_size": null,
+                "effective": "ratio 2 x device pool"},
+     "capacity": {"device_tokens": 159274, "kv_bytes_per_token": 70247.4,
+                  "host_tokens_per_rank": 318549, "host_gb_per_rank": 22.39, "ranks": 8},
+     "ram": {"total_gb": 449.0, "available_gb": 237.9, "server_held_gb": 207.1, ...},
+     "gpus": {"available": true, "reason": null, "devices": [{"index": 0, ...}]},
+     "operation": null, "fingerprint": "3f1c0a9e5d7b2c41", "problems": []}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bot.agent.host.probe import GpuFacts, RamFacts
+from bot.planner import GB
+
+if TYPE_CHECKING:
+    from bot.agent.facts.snapshot import FactsSnapshot
+
+__all__ = ["status_body"]
+
+
+def gb(n_bytes: float | None) -> float | None:
+    """Bytes as GB (1e9), two decimals; None stays None."""
+    return None if n_bytes is None else round(n_bytes / GB, 2)
+
+
+def status_body(snap: FactsSnapshot, operation: dict[str, Any] | None) -> dict[str, Any]:
+    server = snap.server
+    hicache = snap.hicache
+    capacity = snap.capacity
+    return {
+        "host": {"name": snap.host, "backend": snap.backend, "probe": snap.probe},
+        "server": {
+            "state": server.state,
+            "health_code": server.health_code,
+            "version": server.version,
+            "pid": server.pid,
+            "uptime_s": server.uptime_s,
+            "started_at": server.started_at,
+        },
+        "config": {
+            "enable_hierarchical_cache": None if hicache is None else hicache.enabled,
+            "hicache_ratio": None if hicache is None else hicache.ratio,
+            "hicache_size": None if hicache is None else hicache.size_gb,
+            "hicache_write_policy": None if hicache is None else hicache.write_policy,
+            "hicache_io_backend": None if hicache is None else hicache.io_backend,
+            "effective": None if hicache is None else hicache.effective_phrase(),
+            "command": None if snap.command is None else list(snap.command),
+        },
+        "capacity": {
+            "device_tokens": capacity.device_tokens,
+            "kv_bytes_per_token": capacity.kv_bytes_per_token,
+            "host_tokens_per_rank": capacity.host_tokens_per_rank,
+            "host_gb_per_rank": capacity.host_gb_per_rank,
+            "ranks": capacity.ranks,
+            "page_size": capacity.page_size,
+            "source": capacity.source,
+        },
+        "ram": _ram(snap.ram, snap.server_held_bytes),
+        "gpus": _gpus(snap.gpus),
+        "operation": operation,
+        "fingerprint": snap.fingerprint,
+        "problems": list(snap.problems),
+    }
+
+
+def _ram(ram: RamFacts | None, held: int) -> dict[str, Any]:
+    if ram is None:
+        return {
+            "total_gb": None,
+            "available_gb": None,
+            "server_held_gb": gb(held),
+            "cgroup_limit_gb": None,
+            "total_bytes": None,
+            "available_bytes": None,
+            "server_held_bytes": held,
+            "cgroup_limit_bytes": None,
+        }
+    return {
+        "total_gb": gb(ram.total_bytes),
+        "available_gb": gb(ram.available_bytes),
+        "server_held_gb": gb(held),
+        "cgroup_limit_gb": gb(ram.cgroup_limit_bytes),
+        "total_bytes": ram.total_bytes,
+        "available_bytes": ram.available_bytes,
+        "server_held_bytes": held,
+        "cgroup_limit_bytes": ram.cgroup_limit_bytes,
+    }
+
+
+def _gpus(facts: GpuFacts) -> dict[str, Any]:
+    return {
+        "available": facts.available,
+        "reason": facts.reason,
+        "devices": [
+            {
+                "index": gpu.index,
+                "name": gpu.name,
+                "memory_total_gb": gb(gpu.memory_total_bytes),
+                "memory_used_gb": gb(gpu.memory_used_bytes),
+                "memory_total_bytes": gpu.memory_total_bytes,
+                "memory_used_bytes": gpu.memory_used_bytes,
+                "processes": [
+                    {
+                        "pid": process.pid,
+                        "name": process.name,
+                        "used_gb": gb(process.used_bytes),
+                        "used_bytes": process.used_bytes,
+                    }
+                    for process in gpu.processes
+                ],
+            }
+            for gpu in facts.gpus
+        ],
+    }
