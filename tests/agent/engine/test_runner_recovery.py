@@ -164,7 +164,9 @@ def test_a_stall_ends_when_the_log_moves_again(harness_factory: Callable[..., Ha
         sim_command(free_port(), "--mem-fraction-static", "0.7"),  # HiCache off: no pin
         time_scale="0.05",
         extra_env={"KIMI_SIM_FAIL": "slow_pin:40"},  # 8 GB at 2 GB/s x 0.05 x 40 = 8 s silent
-        stall_after_s=0.5,  # plus the pin's expected ~4.4 s (8 GB x 60 s / 110 GB)
+        # 2 s plus the pin's expected ~4.4 s (8 GB x 60 s / 110 GB) < the 8 s pin; not less than
+        # 2 s, so a slow interpreter start on a loaded machine is no stall before the first line.
+        stall_after_s=2.0,
     )
     harness.start_server()
     manager = harness.manager()
