@@ -20,7 +20,6 @@ on the operation engine never blocks the event loop.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from typing import Annotated, Any, Protocol
@@ -41,7 +40,7 @@ from bot.errors import (
 )
 from bot.planner import ChangeRequest, Plan
 from bot.settings import Secret
-from bot.vocab import OperationKind, OperationState
+from bot.vocab import OperationKind, OperationState, RefusedBy
 
 __all__ = ["MAX_WAIT_S", "ApiService", "OperationBody", "PlanBody", "create_app"]
 
@@ -190,13 +189,14 @@ def create_app(service: ApiService) -> FastAPI:
         description=(
             "200 with the Plan (verdict fits or refused, the reason showing the arithmetic) and "
             "the fingerprint of the facts used; 422 with the Plan when SGLang itself would "
-            "reject the value (a size that is not a whole number of GB, a ratio <= 0)."
+            'reject the value (the Plan\'s refused_by is "sglang": a size that is not a whole '
+            "number of GB, a ratio <= 0, a host pool not larger than the device pool on <= 0.5.12)."
         ),
     )
     def plan(body: PlanBody) -> dict[str, Any]:
         request = ChangeRequest(ratio=body.ratio, size_gb=body.size_gb)
         result, fingerprint = service.plan(request)
-        if not result.fits and _rejected_by_sglang(body):
+        if result.refused_by is RefusedBy.SGLANG:
             raise PlanRefused(result.reason, plan=result)
         return {"plan": result.to_dict(), "fingerprint": fingerprint}
 
@@ -265,13 +265,6 @@ def create_app(service: ApiService) -> FastAPI:
     app.add_middleware(BearerAuth, token=service.token, open_paths=("/healthz",))
     app.add_middleware(CatchAll)
     return app
-
-
-def _rejected_by_sglang(body: PlanBody) -> bool:
-    """The value itself is one SGLang refuses (not a budget question)."""
-    if body.size_gb is not None:
-        return body.size_gb <= 0 or body.size_gb != math.floor(body.size_gb)
-    return body.ratio is not None and body.ratio <= 0
 
 
 def _add_error_handlers(app: FastAPI) -> None:
