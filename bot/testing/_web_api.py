@@ -89,8 +89,12 @@ class SlackApiStandIn:
 
     def start(self) -> SlackApiStandIn:
         if self._thread is None:
+            # A short poll keeps stop() quick: shutdown waits for the loop's next poll.
             self._thread = threading.Thread(
-                target=self._server.serve_forever, name="slack-api-stand-in", daemon=True
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name="slack-api-stand-in",
+                daemon=True,
             )
             self._thread.start()
         return self
