@@ -81,7 +81,7 @@ def test_a_multipart_upload_is_accepted_like_a_raw_one(slack: SlackApiStandIn) -
 def test_completing_an_upload_never_posted_is_file_not_found(
     slack: SlackApiStandIn, client: WebClient
 ) -> None:
-    """files.completeUploadExternal naming a file whose bytes never arrived fails, sharing nothing."""
+    """Completing an upload whose bytes never arrived fails with file_not_found, sharing nothing."""
     step1 = client.files_getUploadURLExternal(filename="a.png", length=10)
     with pytest.raises(SlackApiError) as caught:
         client.files_completeUploadExternal(
