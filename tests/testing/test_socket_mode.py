@@ -54,7 +54,7 @@ def test_a_connection_is_greeted_with_hello(
 def test_a_slash_command_envelope_has_slacks_fields_and_its_ack_is_collected(
     slack: SlackApiStandIn, socket_mode: SocketModeStandIn
 ) -> None:
-    """A pushed slash command arrives as Slack's envelope; the ack's payload and latency are kept."""
+    """A pushed slash command comes in Slack's envelope; its ack's payload and latency are kept."""
     with _open(slack) as connection:
         _receive(connection)
         sent = socket_mode.push_slash_command("status", user_id="U1", channel_id="C1")
