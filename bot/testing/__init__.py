@@ -21,14 +21,14 @@ from bot.testing._web_api import (
     SlackApiStandIn,
 )
 from bot.testing.signing import REPLAY_WINDOW_S, SignedRequest, SlackRequestSigner, slack_signature
-from bot.testing.socket_mode import Ack, Envelope, SocketModeStandIn
+from bot.testing.socket_mode import Envelope, EnvelopeAck, SocketModeStandIn
 
 __all__ = [
     "REPLAY_WINDOW_S",
     "RESPONSE_URL_LIMIT",
     "RESPONSE_URL_WINDOW_S",
-    "Ack",
     "Envelope",
+    "EnvelopeAck",
     "Fault",
     "FaultPlan",
     "RecordedCall",

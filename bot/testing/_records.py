@@ -8,7 +8,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallLog", "RecordedCall"]
+__all__ = ["CallLog", "RecordedCall", "request_token"]
+
+
+def request_token(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+    """The token of a request: ``Authorization: Bearer ...``, else a ``token`` body field."""
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[len("bearer ") :].strip() or None
+    token = body.get("token")
+    return token if isinstance(token, str) and token else None
 
 
 @dataclass(frozen=True)
@@ -34,11 +43,7 @@ class RecordedCall:
     @property
     def token(self) -> str | None:
         """The bearer token from ``Authorization``, else a ``token`` body field, else None."""
-        auth = self.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            return auth[len("bearer ") :].strip()
-        token = self.body.get("token")
-        return token if isinstance(token, str) else None
+        return request_token(self.headers, self.body)
 
     @property
     def ok(self) -> bool:

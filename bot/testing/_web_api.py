@@ -42,7 +42,7 @@ from bot.testing._bodies import BodyError, parse_body
 from bot.testing._channels import ChannelStore, StoredMessage
 from bot.testing._faults import FaultPlan
 from bot.testing._methods import METHODS_FOR_APP_TOKEN, Upload, WebApiMethods
-from bot.testing._records import CallLog, RecordedCall
+from bot.testing._records import CallLog, RecordedCall, request_token
 
 __all__ = ["RESPONSE_URL_LIMIT", "RESPONSE_URL_WINDOW_S", "ResponsePost", "SlackApiStandIn"]
 
@@ -219,10 +219,8 @@ class SlackApiStandIn:
     def _token_error(
         self, method: str, headers: dict[str, str], fields: dict[str, Any]
     ) -> str | None:
-        auth = headers.get("authorization", "")
-        token = auth[len("bearer ") :].strip() if auth.lower().startswith("bearer ") else None
-        token = token or fields.get("token")
-        if not token:
+        token = request_token(headers, fields)
+        if token is None:
             return "not_authed"
         expected = self.app_token if method in METHODS_FOR_APP_TOKEN else self.bot_token
         if token == expected:

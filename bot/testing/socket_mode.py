@@ -39,7 +39,7 @@ from bot.errors import InputError
 from bot.testing._payloads import APP_ID, slash_command_payload
 from bot.testing._web_api import SlackApiStandIn
 
-__all__ = ["Ack", "Envelope", "SocketModeStandIn"]
+__all__ = ["Envelope", "EnvelopeAck", "SocketModeStandIn"]
 
 ENVELOPE_TYPES = frozenset({"slash_commands", "interactive", "events_api"})
 
@@ -55,7 +55,7 @@ class Envelope:
 
 
 @dataclass(frozen=True)
-class Ack:
+class EnvelopeAck:
     """The app's acknowledgement of one envelope; ``payload`` is its response payload, if any."""
 
     envelope_id: str
@@ -75,7 +75,7 @@ class SocketModeStandIn:
         self._accepted = 0
         self._tickets = itertools.count(1)
         self._pushed: dict[str, Envelope] = {}
-        self._acks: dict[str, Ack] = {}
+        self._acks: dict[str, EnvelopeAck] = {}
         self._other_messages: list[str] = []
         # No deflate: Slack's built-in client does not offer it; no server pings: the client
         # pings and the server answers, which is what keeps a Slack session alive.
@@ -186,7 +186,7 @@ class SocketModeStandIn:
                 self._other_messages.append(message)
             elif pushed.envelope_id not in self._acks:
                 payload = data.get("payload")
-                self._acks[pushed.envelope_id] = Ack(
+                self._acks[pushed.envelope_id] = EnvelopeAck(
                     envelope_id=pushed.envelope_id,
                     payload=payload if isinstance(payload, dict) else None,
                     acked_at=now,
@@ -264,7 +264,7 @@ class SocketModeStandIn:
         }
         return self.push("events_api", payload)
 
-    def wait_for_ack(self, envelope_id: str, timeout: float | None = None) -> Ack:
+    def wait_for_ack(self, envelope_id: str, timeout: float | None = None) -> EnvelopeAck:
         """Block until the app acks ``envelope_id``; raise TimeoutError if it does not."""
         self._wait(
             lambda: envelope_id in self._acks, timeout, f"no ack for {envelope_id} in {{timeout}} s"
@@ -272,7 +272,7 @@ class SocketModeStandIn:
         with self._changed:
             return self._acks[envelope_id]
 
-    def acks(self) -> list[Ack]:
+    def acks(self) -> list[EnvelopeAck]:
         """Every ack so far, in the order they arrived."""
         with self._changed:
             return sorted(self._acks.values(), key=lambda a: a.acked_at)

@@ -124,3 +124,17 @@ def test_a_response_url_never_handed_out_is_refused(slack: SlackApiStandIn) -> N
     response = httpx.post(url, content=json.dumps({"text": "x"}))
     assert response.status_code == 404
     assert slack.response_posts(url) == []
+
+
+def test_a_response_url_takes_posts_again_once_thirty_minutes_have_passed() -> None:
+    """With the stand-in's clock moved past 30 minutes, the response_url accepts posts again."""
+    now = [1000.0]
+    with SlackApiStandIn(monotonic=lambda: now[0]) as slack:
+        url = slack.new_response_url()
+        webhook = WebhookClient(url)
+        for _ in range(5):
+            webhook.send(text="x")
+        now[0] += 29 * 60
+        assert webhook.send(text="too soon").status_code == 404
+        now[0] += 60 + 1
+        assert webhook.send(text="later").status_code == 200
