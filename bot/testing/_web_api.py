@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
+from bot.testing._background import BackgroundServer
 from bot.testing._bodies import BodyError, parse_body
 from bot.testing._channels import ChannelStore, StoredMessage
 from bot.testing._faults import FaultPlan
@@ -60,7 +60,7 @@ class ResponsePost:
     at: float
 
 
-class SlackApiStandIn:
+class SlackApiStandIn(BackgroundServer):
     """Slack's Web API on 127.0.0.1, in a background thread; see the module docstring."""
 
     def __init__(
@@ -71,6 +71,7 @@ class SlackApiStandIn:
         port: int = 0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self.bot_token = bot_token
         self.app_token = app_token
         self.faults = FaultPlan()
@@ -83,21 +84,17 @@ class SlackApiStandIn:
         self._response_posts: dict[str, list[ResponsePost]] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> SlackApiStandIn:
-        if self._thread is None:
-            # A short poll keeps stop() quick: shutdown waits for the loop's next poll.
-            self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="slack-api-stand-in",
-                daemon=True,
-            )
-            self._thread.start()
-        return self
+    _thread_name = "slack-api-stand-in"
+
+    def _serve(self) -> None:
+        # A short poll keeps stop() quick: shutdown waits for the loop's next poll.
+        self._server.serve_forever(poll_interval=0.05)
+
+    def _shutdown(self) -> None:
+        self._server.shutdown()
 
     def serve_forever(self) -> None:
         """Serve in the calling thread until interrupted (for ``python -m``)."""
@@ -107,22 +104,8 @@ class SlackApiStandIn:
             self._server.server_close()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
+        super().stop()
         self._server.server_close()
-
-    def __enter__(self) -> SlackApiStandIn:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def origin(self) -> str:

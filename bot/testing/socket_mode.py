@@ -29,13 +29,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import Server, ServerConnection, serve
 
 from bot.errors import InputError
+from bot.testing._background import BackgroundServer
 from bot.testing._payloads import APP_ID, slash_command_payload
 from bot.testing._web_api import SlackApiStandIn
 
@@ -64,10 +64,11 @@ class EnvelopeAck:
     latency_s: float
 
 
-class SocketModeStandIn:
+class SocketModeStandIn(BackgroundServer):
     """Slack's Socket Mode server on 127.0.0.1, in a background thread; see the module docs."""
 
     def __init__(self, web_api: SlackApiStandIn, *, default_timeout: float = 5.0) -> None:
+        super().__init__()
         self._web_api = web_api
         self._timeout = default_timeout
         self._changed = threading.Condition()
@@ -82,36 +83,25 @@ class SocketModeStandIn:
         self._server: Server = serve(
             self._serve_connection, "127.0.0.1", 0, compression=None, ping_interval=None
         )
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> SocketModeStandIn:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._server.serve_forever, name="socket-mode-stand-in", daemon=True
-            )
-            self._thread.start()
-            self._web_api.attach_socket_mode(self._issue_url)
+    _thread_name = "socket-mode-stand-in"
+
+    def _serve(self) -> None:
+        self._server.serve_forever()
+
+    def _shutdown(self) -> None:
+        self._server.shutdown()
+
+    def start(self) -> Self:
+        super().start()
+        self._web_api.attach_socket_mode(self._issue_url)
         return self
 
     def stop(self) -> None:
         self._web_api.attach_socket_mode(None)
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> SocketModeStandIn:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        super().stop()
 
     @property
     def port(self) -> int:
