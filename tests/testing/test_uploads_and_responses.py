@@ -138,3 +138,14 @@ def test_a_response_url_takes_posts_again_once_thirty_minutes_have_passed() -> N
         assert webhook.send(text="too soon").status_code == 404
         now[0] += 60 + 1
         assert webhook.send(text="later").status_code == 200
+
+
+@pytest.mark.parametrize("length", ["many", "0", "-5"])
+def test_an_upload_url_for_a_bad_length_is_refused(
+    slack: SlackApiStandIn, client: WebClient, length: str
+) -> None:
+    """files.getUploadURLExternal with a length that is not a positive number is refused."""
+    with pytest.raises(SlackApiError) as caught:
+        client.api_call("files.getUploadURLExternal", data={"filename": "a.png", "length": length})
+    assert caught.value.response["error"] == "invalid_arguments"
+    assert "upload_url" not in caught.value.response.data

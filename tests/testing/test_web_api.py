@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -213,3 +214,17 @@ def test_connections_open_without_socket_mode_is_refused(slack: SlackApiStandIn)
     with pytest.raises(SlackApiError) as caught:
         client.apps_connections_open(app_token=slack.app_token)
     assert caught.value.response["ok"] is False
+
+
+def test_concurrent_posts_each_get_their_own_ts(slack: SlackApiStandIn) -> None:
+    """Posts from 20 threads at once are all recorded and all get distinct timestamps."""
+
+    def post(i: int) -> str:
+        client = WebClient(token=slack.bot_token, base_url=slack.url)
+        return str(client.chat_postMessage(channel="C1", text=str(i))["ts"])
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        stamps = list(pool.map(post, range(40)))
+    assert len(set(stamps)) == 40
+    assert len(slack.calls("chat.postMessage")) == 40
+    assert sorted(m.text for m in slack.history("C1")) == sorted(str(i) for i in range(40))
