@@ -179,10 +179,12 @@ class WebApiMethods:
         entries = json.loads(raw_files) if isinstance(raw_files, str) else raw_files
         if not isinstance(entries, list) or not entries:
             return _error("invalid_arguments")
+        if not all(isinstance(e, dict) and isinstance(e.get("id"), str) for e in entries):
+            return _error("invalid_arguments")
         channel = fields.get("channel_id") or None
         thread_ts = fields.get("thread_ts") or None
         with self._lock:
-            uploads = [self.uploads.get(str(e.get("id"))) for e in entries]
+            uploads = [self.uploads.get(e["id"]) for e in entries]
             if any(u is None or u.data is None or u.completed for u in uploads):
                 return _error("file_not_found")
             if thread_ts is not None and (

@@ -238,7 +238,9 @@ def _handler_for(stand_in: SlackApiStandIn) -> type[BaseHTTPRequestHandler]:
                 fields = {}
             # Recorded before answering, so a test that got the answer finds the call logged.
             stand_in._log.append(
-                RecordedCall(method, path, headers, fields, raw, status, answer, time.monotonic())
+                RecordedCall(
+                    method, path, headers, fields, raw, status, answer, stand_in._monotonic()
+                )
             )
             body = json.dumps(answer).encode()
             self.send_response(status)

@@ -149,3 +149,14 @@ def test_an_upload_url_for_a_bad_length_is_refused(
         client.api_call("files.getUploadURLExternal", data={"filename": "a.png", "length": length})
     assert caught.value.response["error"] == "invalid_arguments"
     assert "upload_url" not in caught.value.response.data
+
+
+@pytest.mark.parametrize("files", ['["F1"]', "[]", "not json", '[{"title": "no id"}]'])
+def test_completing_with_malformed_files_is_invalid_arguments(
+    slack: SlackApiStandIn, client: WebClient, files: str
+) -> None:
+    """files.completeUploadExternal with a files field that is not a list of ids is refused."""
+    with pytest.raises(SlackApiError) as caught:
+        client.api_call("files.completeUploadExternal", data={"files": files, "channel_id": "C1"})
+    assert caught.value.response["error"] == "invalid_arguments"
+    assert slack.history("C1") == []
