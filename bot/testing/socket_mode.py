@@ -77,24 +77,27 @@ class SocketModeStandIn(BackgroundServer):
         self._tickets = itertools.count(1)
         self._pushed: dict[str, Envelope] = {}
         self._acks: dict[str, EnvelopeAck] = {}
-        self._other_messages: list[str] = []
-        # No deflate: Slack's built-in client does not offer it; no server pings: the client
-        # pings and the server answers, which is what keeps a Slack session alive.
-        self._server: Server = serve(
-            self._serve_connection, "127.0.0.1", 0, compression=None, ping_interval=None
-        )
+        self._unmatched: list[str] = []
+        self._server: Server | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     _thread_name = "socket-mode-stand-in"
 
     def _serve(self) -> None:
-        self._server.serve_forever()
+        self._bound().serve_forever()
 
     def _shutdown(self) -> None:
-        self._server.shutdown()
+        self._bound().shutdown()
 
     def start(self) -> Self:
+        if self._server is None:
+            # Bound here, not in __init__: a server that never served could not be shut down.
+            # No deflate: Slack's built-in client does not offer it; no server pings: the
+            # client pings and the server answers, which is what keeps a Slack session alive.
+            self._server = serve(
+                self._serve_connection, "127.0.0.1", 0, compression=None, ping_interval=None
+            )
         super().start()
         self._web_api.attach_socket_mode(self._issue_url)
         return self
@@ -102,10 +105,17 @@ class SocketModeStandIn(BackgroundServer):
     def stop(self) -> None:
         self._web_api.attach_socket_mode(None)
         super().stop()
+        self._server = None
+
+    def _bound(self) -> Server:
+        if self._server is None:
+            raise RuntimeError("the Socket Mode stand-in is not started; call start() first")
+        return self._server
 
     @property
     def port(self) -> int:
-        return int(self._server.socket.getsockname()[1])
+        """The port it listens on (only once started)."""
+        return int(self._bound().socket.getsockname()[1])
 
     def _issue_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/link/?ticket={next(self._tickets)}"
@@ -173,7 +183,7 @@ class SocketModeStandIn(BackgroundServer):
             envelope_id = data.get("envelope_id") if isinstance(data, dict) else None
             pushed = self._pushed.get(envelope_id) if isinstance(envelope_id, str) else None
             if pushed is None or not isinstance(data, dict):
-                self._other_messages.append(message)
+                self._unmatched.append(message)
             elif pushed.envelope_id not in self._acks:
                 payload = data.get("payload")
                 self._acks[pushed.envelope_id] = EnvelopeAck(
@@ -266,6 +276,11 @@ class SocketModeStandIn(BackgroundServer):
         """Every ack so far, in the order they arrived."""
         with self._changed:
             return sorted(self._acks.values(), key=lambda a: a.acked_at)
+
+    def unmatched_messages(self) -> list[str]:
+        """Messages from the app that were not the first ack of an envelope pushed here."""
+        with self._changed:
+            return list(self._unmatched)
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None, message: str) -> None:
         limit = self._timeout if timeout is None else timeout

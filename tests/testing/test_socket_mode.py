@@ -128,6 +128,9 @@ def test_an_unknown_ack_is_not_taken_for_a_pushed_envelope(
         with pytest.raises(TimeoutError, match=sent.envelope_id):
             socket_mode.wait_for_ack(sent.envelope_id, timeout=0.3)
     assert socket_mode.acks() == []
+    assert [json.loads(m) for m in socket_mode.unmatched_messages()] == [
+        {"envelope_id": "not-pushed"}
+    ]
 
 
 def test_push_without_a_connection_times_out(socket_mode: SocketModeStandIn) -> None:
@@ -156,3 +159,11 @@ def test_stopping_detaches_from_connections_open(slack: SlackApiStandIn) -> None
     with pytest.raises(SlackApiError) as caught:
         client.apps_connections_open(app_token=slack.app_token)
     assert "url" not in caught.value.response.data
+
+
+def test_a_stand_in_never_started_has_no_port_and_stops_at_once(slack: SlackApiStandIn) -> None:
+    """Before start() it binds nothing (port raises), and stop() returns without waiting."""
+    stand_in = SocketModeStandIn(slack)
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = stand_in.port
+    stand_in.stop()
