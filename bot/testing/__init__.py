@@ -1,0 +1,43 @@
+"""Stand-ins for Slack that kimi-ops' Slack app is tested against, shipped like ``bot.sim``.
+
+- :class:`SlackApiStandIn`: Slack's Web API on 127.0.0.1 (``WebClient(base_url=stand_in.url)``),
+  recording every call, keeping each channel's messages, with injectable 429/500 answers.
+- :class:`SocketModeStandIn`: Slack's Socket Mode WebSocket, reached through the Web API
+  stand-in's ``apps.connections.open``; pushes envelopes, collects acks, disconnects.
+- :class:`SlackRequestSigner`: Slack-signed HTTP requests (slash commands, interactivity) for
+  HTTP mode, including unsigned, wrongly signed and replayed ones.
+"""
+
+from __future__ import annotations
+
+from bot.testing._channels import StoredMessage
+from bot.testing._faults import Fault, FaultPlan
+from bot.testing._methods import Upload
+from bot.testing._records import RecordedCall
+from bot.testing._web_api import (
+    RESPONSE_URL_LIMIT,
+    RESPONSE_URL_WINDOW_S,
+    ResponsePost,
+    SlackApiStandIn,
+)
+from bot.testing.signing import REPLAY_WINDOW_S, SignedRequest, SlackRequestSigner, slack_signature
+from bot.testing.socket_mode import Envelope, EnvelopeAck, SocketModeStandIn
+
+__all__ = [
+    "REPLAY_WINDOW_S",
+    "RESPONSE_URL_LIMIT",
+    "RESPONSE_URL_WINDOW_S",
+    "Envelope",
+    "EnvelopeAck",
+    "Fault",
+    "FaultPlan",
+    "RecordedCall",
+    "ResponsePost",
+    "SignedRequest",
+    "SlackApiStandIn",
+    "SlackRequestSigner",
+    "SocketModeStandIn",
+    "StoredMessage",
+    "Upload",
+    "slack_signature",
+]
