@@ -10,9 +10,9 @@ that:
 - ``sglang.srt.mem_cache.pool_host.mha.transfer_kv_direct`` (``--hicache-io-backend direct``) is
   imported from ``sgl_kernel.kvcacheio`` only on CUDA, HIP and XPU; here it is the same
   token-indexed copy between device and host layers in plain PyTorch.
-- ``torch.cpu.Stream`` and ``torch.cpu.Event`` lack the ``synchronize``, ``query``,
-  ``wait_stream`` and ``wait_event`` methods SGLang's cache controller calls on its device
-  module; on CPU every copy is synchronous, so they have nothing to wait for.
+- ``torch.cpu.Stream`` has no ``synchronize``, which SGLang's host-pool transfer calls when a
+  copy fails (``mem_cache/l2_transfer.py``); on CPU every copy is synchronous, so there is
+  nothing to wait for, and the copy's own exception is what surfaces.
 
 Each patch is applied when SGLang imports the module, after the module's own code ran.
 """
@@ -63,16 +63,8 @@ def _patch_mha(module: ModuleType) -> None:
     import torch
 
     module.__dict__.setdefault("transfer_kv_direct", transfer_kv_direct)
-    nothing_to_wait: dict[str, Callable[..., Any]] = {
-        "synchronize": lambda self: None,
-        "query": lambda self: True,
-        "wait_stream": lambda self, other: None,
-        "wait_event": lambda self, event: None,
-    }
-    for cls in (torch.cpu.Stream, torch.cpu.Event):
-        for name, method in nothing_to_wait.items():
-            if not hasattr(cls, name):
-                setattr(cls, name, method)
+    if not hasattr(torch.cpu.Stream, "synchronize"):
+        torch.cpu.Stream.synchronize = lambda self: None
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
