@@ -71,7 +71,6 @@ class Stack:
     server_url: str
     model: Path
     first_start: dict[str, Any]
-    root: Path
 
     def log_size(self) -> int:
         return self.agent.log_file.stat().st_size if self.agent.log_file.exists() else 0
@@ -111,7 +110,7 @@ def stack(side: SideVenv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     with run_agent(config, root, clean_environ()) as agent:
         try:
             first = agent.operate({"kind": OperationKind.RESTART, "actor": "ana"})
-            yield Stack(agent, url, model, first, root)
+            yield Stack(agent, url, model, first)
         finally:
             model.chmod(0o755)
             stop_servers_of(model)
