@@ -52,9 +52,16 @@ stamp_text() {
   echo "make_model.py $(sha256sum "$HERE/make_model.py" | cut -c1-16)"
 }
 
-usable() {
-  "$VENV/bin/python" -c "import sglang.launch_server" >/dev/null 2>&1 &&
-    [ -f "$MODEL/config.json" ] && [ -f "$MODEL/model.safetensors" ]
+# Importing SGLang takes 15 s to a minute of CPU: a build checks it once; a later run, with the
+# stamp in place, checks the installed versions and the model's files, which takes a second.
+imports() {
+  "$VENV/bin/python" -c "import sglang.launch_server" >>"$LOG" 2>&1
+}
+installed() {
+  "$VENV/bin/python" -c "
+from importlib.metadata import version
+assert version('sglang') == '0.5.23' and version('torch').split('+')[0] == '2.14.1'
+" >/dev/null 2>&1 && [ -f "$MODEL/config.json" ] && [ -f "$MODEL/model.safetensors" ]
 }
 
 mkdir -p "$ROOT" || fail "cannot create $ROOT"
@@ -63,7 +70,7 @@ exec 9>"$ROOT/kimi-ops.lock"
 flock 9
 
 WANT=$(stamp_text)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && usable; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && installed; then
   echo "side virtualenv ready: $VENV (model $MODEL)"
   exit 0
 fi
@@ -85,11 +92,10 @@ install --no-deps "${SGLANG[@]}" ||
   fail "pip could not install ${SGLANG[*]}; is a package registry reachable?"
 install "${DEPS[@]}" ||
   fail "pip could not install SGLang's dependencies; is a package registry reachable?"
-"$VENV/bin/python" -c "import sglang.launch_server" >>"$LOG" 2>&1 ||
-  fail "SGLang 0.5.23 is installed but 'import sglang.launch_server' fails"
+imports || fail "SGLang 0.5.23 is installed but 'import sglang.launch_server' fails"
 # Rewritten whenever the stamp is (make_model.py may have changed); it takes seconds.
 "$VENV/bin/python" "$HERE/make_model.py" "$MODEL" >>"$LOG" 2>&1 ||
   fail "make_model.py could not write the tiny model to $MODEL"
-usable || fail "the side virtualenv or the model is incomplete after the build"
+installed || fail "the side virtualenv or the model is incomplete after the build"
 echo "$WANT" >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
 echo "side virtualenv built in $(($(date +%s) - started)) s: $VENV (model $MODEL)"
