@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kimi-ops-installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast test-real lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,13 @@ test: lint
 
 # The loop while editing: no real subprocesses, no simulated timings (those are marked slow).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -n 2
+	$(BIN)/python -m pytest -m "not slow and not real_sglang" -n 2
+
+# Against a real SGLang 0.5.23 on CPU: builds (once, outside .venv) the side virtualenv and the
+# tiny model, then runs only the tests marked real_sglang, one at a time (they share the server).
+test-real: $(STAMP)
+	tests/real_sglang/setup_side_venv.sh
+	$(BIN)/python -m pytest -m real_sglang --timeout 1800 tests/real_sglang
 
 bench: $(STAMP)
 	@set -e; for script in bench/*.py; do \
