@@ -85,6 +85,9 @@ class ProposalTerms:
     state: ProposalState = ProposalState.OPEN
     settled_by: str | None = None  # who applied or cancelled it
     settled_at: datetime | None = None
+    ratio: float | None = None  # what it asks for, sent again at apply time
+    size_gb: int | None = None
+    fingerprint: str = ""  # of the facts it was planned on
 
 
 @dataclass(frozen=True)

@@ -52,5 +52,6 @@ def refusal_text(refusal: Refusal) -> str:
                 f"{refusal.host} is busy: an operation by {refusal.by} has held it since "
                 f"{hhmm(refusal.at)}"
             )
-        return f"{pid} was already {refusal.detail} by {refusal.by} at {hhmm(refusal.at)}"
+        by = f" by {refusal.by}" if refusal.by else ""
+        return f"{pid} was already {refusal.detail}{by} at {hhmm(refusal.at)}"
     return f"{pid} cannot be applied: the plan was refused. {refusal.detail}".rstrip()

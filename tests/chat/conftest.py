@@ -57,6 +57,7 @@ class SimHost:
     time_scale: float = 0.002
     host_name: str = "kimi-01"
     sim_fail: str = ""
+    listen_port: int = 0  # a fixed port lets a restarted agent be found at the same URL
 
 
 def write_agent_config(root: Path, host: SimHost) -> Path:
@@ -69,7 +70,7 @@ def write_agent_config(root: Path, host: SimHost) -> Path:
         *("--tp", ranks, "--port", str(port), *host.hicache),
     ]
     keys: dict[str, Any] = {
-        "listen": "127.0.0.1:0",
+        "listen": f"127.0.0.1:{host.listen_port}",
         "token_env": TOKEN_ENV,
         "backend": "process",
         "command": command,
