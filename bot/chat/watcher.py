@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 from bot.chat.agent_client import AgentClient
 from bot.chat.agent_views import AgentEvent, OperationPage
@@ -23,7 +24,7 @@ from bot.chat.progress import ProgressView, UpdateThrottle, progress_view
 from bot.chat.replies import FrontEnd
 from bot.clock import Clock
 from bot.errors import AgentError, KimiOpsError
-from bot.vocab import OperationState
+from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationState
 
 __all__ = ["NOTIFY_STATES", "Watcher", "WatcherPool"]
 
@@ -120,16 +121,13 @@ class Watcher:
             self._audit.record_events(self.watch, new)
             self._stored_seq = new[-1].seq
         operation = page.operation
-        view = progress_view(
-            self._events,
-            operation.state,
-            now=self._clock.now(),
-            planned_gb_per_rank=self.watch.planned_gb_per_rank,
-            failure=operation.failure,
-        )
-        shown = self._throttle.offer(view, self._clock.monotonic())
-        if shown is not None:
-            self._front.progress(self.watch, shown)
+        # A page can span several phases: each phase change is shown, not only the last view.
+        start = len(self._events) - len(page.events)
+        for end in range(start + 1, len(self._events)):
+            if self._events[end].phase is not self._events[end - 1].phase:
+                self._offer(self._view(end, self._state_before(end, operation.state), None))
+        view = self._view(len(self._events), operation.state, operation.failure)
+        self._offer(view)
         if operation.state is not self._state:
             self._state = operation.state
             if operation.state in NOTIFY_STATES:
@@ -142,6 +140,31 @@ class Watcher:
             self.final = view
             return True
         return False
+
+    def _state_before(self, count: int, now: OperationState) -> OperationState:
+        """The state an earlier view of this page had: the operation's own, unless it has
+        ended since (then running, or rolling back once a rollback began)."""
+        if now not in FINAL_OPERATION_STATES:
+            return now
+        if any(event.phase is EventPhase.ROLLING_BACK for event in self._events[:count]):
+            return OperationState.ROLLING_BACK
+        return OperationState.RUNNING
+
+    def _view(
+        self, count: int, state: OperationState, failure: Mapping[str, Any] | None
+    ) -> ProgressView:
+        return progress_view(
+            self._events[:count],
+            state,
+            now=self._clock.now(),
+            planned_gb_per_rank=self.watch.planned_gb_per_rank,
+            failure=failure,
+        )
+
+    def _offer(self, view: ProgressView) -> None:
+        shown = self._throttle.offer(view, self._clock.monotonic())
+        if shown is not None:
+            self._front.progress(self.watch, shown)
 
     def _flush(self) -> None:
         pending = self._throttle.due(self._clock.monotonic())
