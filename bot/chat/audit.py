@@ -20,7 +20,7 @@ from typing import Protocol
 
 from bot.chat.agent_views import AgentEvent, AgentOperation, PlannedChange
 from bot.chat.policy import ProposalState, ProposalTerms, Refusal
-from bot.chat.progress import ProgressView
+from bot.chat.progress import ProgressView, progress_view
 from bot.errors import InputError, NotFound, StoreError
 from bot.store import (
     HiCacheSettings,
@@ -99,6 +99,12 @@ class Audit(Protocol):
     def finish(self, watch: Watch, operation: AgentOperation, view: ProgressView) -> None: ...
 
     def unfinished(self) -> list[Watch]: ...
+
+    def known(self, host: str, operation_id: int) -> bool: ...
+
+    def import_operation(
+        self, host: str, operation: AgentOperation, events: Sequence[AgentEvent]
+    ) -> Watch: ...
 
     def history(self, host: str | None, limit: int) -> list[HistoryEntry]: ...
 
@@ -286,6 +292,60 @@ class StoreAudit:
                 )
             )
         return watches
+
+    def known(self, host: str, operation_id: int) -> bool:
+        return self.store.operation_by_agent_id(host, str(operation_id)) is not None
+
+    def import_operation(
+        self, host: str, operation: AgentOperation, events: Sequence[AgentEvent]
+    ) -> Watch:
+        """Record an operation someone started without this bot (another bot, curl), so
+        ``history`` is complete: a revision applied by its actor, the operation, its events and,
+        once it has ended, its outcome."""
+        plan = operation.plan
+        settings = HiCacheSettings(
+            enabled=True,
+            ratio=None if plan is None else plan.ratio,
+            size_gb=None if plan is None or plan.size_gb is None else int(plan.size_gb),
+        )
+        summary = PlanSummary(
+            per_rank_gb=(plan.per_rank_gb if plan else None) or 0.0,
+            total_gb=(plan.total_gb if plan else None) or 0.0,
+            per_rank_tokens=(plan.per_rank_tokens if plan else None) or 0,
+            verdict="fits",
+            reason=plan.reason if plan else f"{operation.kind} started outside kimi-ops chat",
+            detail={} if plan is None else dict(plan.raw),
+        )
+        revision = self.store.record_revision(
+            host, settings, summary, proposed_by=operation.actor, at=operation.created_at
+        )
+        self.store.record_apply(revision.id, operation.actor, at=operation.created_at)
+        self.store.record_operation(
+            host,
+            str(operation.id),
+            operation.kind.value,
+            state=operation.state.value,
+            revision_id=revision.id,
+            started_at=operation.created_at,
+        )
+        watch = Watch(
+            host=host,
+            operation_id=operation.id,
+            title=f"{operation.kind.value.capitalize()} {host} (by {operation.actor})",
+            proposed_by=None,
+            applied_by=operation.actor,
+            planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
+        )
+        self.record_events(watch, events)
+        if operation.finished:
+            view = progress_view(
+                events,
+                operation.state,
+                planned_gb_per_rank=watch.planned_gb_per_rank,
+                failure=operation.failure,
+            )
+            self.finish(watch, operation, view)
+        return watch
 
     def history(self, host: str | None, limit: int) -> list[HistoryEntry]:
         return [_entry(record) for record in self.store.history(host, limit)]

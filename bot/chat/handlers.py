@@ -58,6 +58,7 @@ __all__ = [
     "help_",
     "history",
     "hosts",
+    "import_foreign",
     "not_yet",
     "resize",
     "restart",
@@ -81,6 +82,8 @@ class Context:
     channel: str = "terminal"
     silent_since: dict[str, datetime] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Two history commands at once must not import one foreign operation twice.
+    import_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def client(self, host: HostSettings) -> AgentClient:
         return self.clients[host.name]
@@ -308,7 +311,34 @@ def cancel(ctx: Context, actor: Actor, command: Cancel) -> Reply:
     return CancelledReply(terms.id, actor.id)
 
 
+def import_foreign(ctx: Context, names: tuple[str, ...], limit: int = 50) -> None:
+    """Record the operations the agents ran that the audit does not know (started by another
+    bot, an admin with curl, ...), and watch those still running. A silent agent is skipped:
+    history then shows what the store holds."""
+
+    def one(host: HostSettings) -> None:
+        client = ctx.client(host)
+        try:
+            recent = client.operations(limit)
+            for operation in reversed(recent):
+                if ctx.audit.known(host.name, operation.id):
+                    continue
+                events = client.events(operation.id).events
+                watch = ctx.audit.import_operation(host.name, operation, events)
+                if not operation.finished:
+                    ctx.watchers.ensure(watch)
+        except AgentError:
+            return
+
+    hosts = [ctx.settings.host(name) for name in names]
+    with ctx.import_lock, ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        list(pool.map(one, hosts))
+
+
 def history(ctx: Context, actor: Actor, command: History) -> Reply:
+    """The audit, after importing what the agents ran without this bot."""
+    names = ctx.settings.host_names if command.host is None else (command.host,)
+    import_foreign(ctx, names)
     entries = ctx.audit.history(command.host, command.limit or DEFAULT_HISTORY)
     return HistoryReply(command.host, tuple(entries))
 
