@@ -86,6 +86,8 @@ class Audit(Protocol):
 
     def settle_refused(self, proposal_id: int) -> None: ...
 
+    def settle_expired(self, proposal_id: int) -> None: ...
+
     def cancel(self, proposal_id: int, actor: str, at: datetime) -> ProposalTerms: ...
 
     def record_refusal(self, refusal: Refusal, text: str, at: datetime, channel: str) -> None: ...
@@ -110,7 +112,6 @@ class Audit(Protocol):
 
 
 _OPEN = {Outcome.PROPOSED.value, Outcome.REFUSED.value}
-_CANCELLED = {Outcome.CANCELLED.value, Outcome.EXPIRED.value}
 
 
 class StoreAudit:
@@ -186,6 +187,12 @@ class StoreAudit:
         """The agent refused the claimed proposal at apply time: it ends refused."""
         record = self.store.proposal(proposal_id)
         self.store.record_outcome(record.revision_id, Outcome.REFUSED)
+
+    def settle_expired(self, proposal_id: int) -> None:
+        """An apply found the proposal expired or void: record it so (once)."""
+        record = self.store.proposal(proposal_id)
+        if self.store.revision(record.revision_id).outcome.value == Outcome.PROPOSED.value:
+            self.store.record_outcome(record.revision_id, Outcome.EXPIRED)
 
     def cancel(self, proposal_id: int, actor: str, at: datetime) -> ProposalTerms:
         record = self.store.proposal(proposal_id)
@@ -355,8 +362,10 @@ def _terms(record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
     outcome = revision.outcome.value
     if outcome in _OPEN:
         state, by, at = ProposalState.OPEN, None, None
-    elif outcome in _CANCELLED:
+    elif outcome == Outcome.CANCELLED.value:
         state, by, at = ProposalState.CANCELLED, revision.applied_by, revision.finished_at
+    elif outcome == Outcome.EXPIRED.value:
+        state, by, at = ProposalState.EXPIRED, None, revision.finished_at
     else:
         state, by, at = ProposalState.APPLIED, revision.applied_by, revision.applied_at
     return ProposalTerms(

@@ -182,6 +182,8 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
     now = ctx.clock.now()
     refusal = ctx.policy.check_apply(actor, terms, now, last_at)
     if refusal is not None:
+        if refusal.kind in (RefusalKind.EXPIRED, RefusalKind.STALE):
+            ctx.audit.settle_expired(terms.id)
         return _refused(ctx, refusal)
     claimed = ctx.audit.claim_apply(terms.id, actor.id, now)
     if claimed.settled_by != actor.id or claimed.settled_at != now:

@@ -62,6 +62,7 @@ class ProposalState(StrEnum):
     OPEN = "open"
     APPLIED = "applied"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # timed out or void, and recorded so
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,9 @@ class Policy:
     def _settled(self, action: Action, actor: Actor, proposal: ProposalTerms) -> Refusal | None:
         if proposal.state is ProposalState.OPEN:
             return None
+        if proposal.state is ProposalState.EXPIRED:
+            expired = self.expires_at(proposal.created_at)
+            return self._refuse(RefusalKind.EXPIRED, action, actor, proposal, at=expired)
         return self._refuse(
             RefusalKind.LOCKED,
             action,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.chat.audit import StoreAudit, Watch
@@ -14,7 +15,7 @@ from bot.chat.config import ChatSettings, HostSettings, PolicySettings
 from bot.chat.core import ChatCore, build_core
 from bot.chat.policy import Actor
 from bot.chat.progress import ProgressView
-from bot.chat.replies import Reply
+from bot.chat.replies import OperationReply, ProposalReply, Reply
 from bot.store import Store, upgrade_to_head
 from tests.chat.conftest import TOKEN, TOKEN_ENV
 
@@ -87,3 +88,32 @@ def running_core(
         yield core
     finally:
         core.close()
+
+
+def propose_and_apply(
+    core: ChatCore, resize: str, proposer: Actor, applier: Actor
+) -> OperationReply:
+    """``resize`` as ``proposer``, then ``apply`` of that proposal as ``applier``; the started
+    operation's reply (the proposal must fit)."""
+    proposal = core.handle(resize, proposer)
+    assert isinstance(proposal, ProposalReply), proposal
+    assert proposal.plan.fits, proposal.plan.reason
+    started = core.handle(f"apply {proposal.id}", applier)
+    assert isinstance(started, OperationReply), started
+    return started
+
+
+class ShiftedClock:
+    """The real clock, with wall time moved forward by what the test adds (for expiry)."""
+
+    def __init__(self) -> None:
+        self.shift = timedelta()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.shift
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)

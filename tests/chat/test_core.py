@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,8 +27,10 @@ from bot.store import Store
 from bot.vocab import EventPhase, OperationState
 from tests.chat._core_fixtures import (
     RecordingFrontEnd,
+    ShiftedClock,
     chat_settings,
     migrated_store,
+    propose_and_apply,
     running_core,
 )
 from tests.chat.conftest import RunningAgent, free_port
@@ -160,8 +163,7 @@ def test_a_bot_restarted_mid_watch_resumes_from_the_store(
     settings = chat_settings({"kimi-01": kimi_agent.url})
     first_front = RecordingFrontEnd()
     with running_core(settings, store, first_front) as core:
-        proposal = _as(core.handle("resize ratio 4", BEN), ProposalReply)
-        started = _as(core.handle(f"apply {proposal.id}", ANA), OperationReply)
+        started = propose_and_apply(core, "resize ratio 4", BEN, ANA)
     # Closed at once: the operation goes on at the agent.
     record = store.operation_by_agent_id("kimi-01", str(started.operation.id))
     assert record is not None
@@ -229,3 +231,32 @@ def test_core_handles_are_plain_replies_to_the_front_end(tmp_path: Path) -> None
         reply = core.handle("help", BEN)
     assert front.replies == [("ben", reply)]
     assert isinstance(core, ChatCore)
+
+
+@pytest.mark.slow
+def test_expired_and_void_proposals_are_refused_and_recorded(
+    kimi_agent: RunningAgent, store: Store
+) -> None:
+    """A proposal applied 15 minutes on is expired (and stays so); one made before another
+    operation ran on the host is void; both refusals are recorded and start nothing."""
+    clock = ShiftedClock()
+    settings = chat_settings({"kimi-01": kimi_agent.url})
+    with running_core(settings, store, RecordingFrontEnd(), clock=clock) as core:
+        old = _as(core.handle("resize ratio 4", BEN), ProposalReply)
+        void = _as(core.handle("resize ratio 3", BEN), ProposalReply)
+        kimi_agent.run_to_end({"kind": "restart", "actor": "someone-else"})
+        before = _operations(kimi_agent)
+        stale = _as(core.handle(f"apply {void.id}", ANA), RefusalReply)
+        assert stale.refusal.kind is RefusalKind.STALE
+        assert "another operation started on kimi-01" in stale.text
+        clock.shift = timedelta(minutes=15)
+        expired = _as(core.handle(f"apply {old.id}", ANA), RefusalReply)
+        assert expired.refusal.kind is RefusalKind.EXPIRED
+        clock.shift = timedelta()
+        again = _as(core.handle(f"apply {old.id}", ANA), RefusalReply)
+        assert again.refusal.kind is RefusalKind.EXPIRED
+    assert _operations(kimi_agent) == before
+    outcomes = {entry.id: entry.outcome.value for entry in store.history("kimi-01", 10)}
+    assert list(outcomes.values()).count("expired") == 2
+    kinds = sorted(r.reason.split(":")[0] for r in store.refusals(host="kimi-01"))
+    assert kinds == ["expired", "expired", "stale"]

@@ -164,3 +164,13 @@ def test_cancel_is_for_the_proposer_or_an_applier() -> None:
     assert _kind(policy.check_cancel(Actor("zed"), mine)) is RefusalKind.UNAUTHORIZED
     cancelled = _proposal(state=ProposalState.CANCELLED, settled_by="ana", settled_at=T0)
     assert _kind(policy.check_cancel(ANA, cancelled)) is RefusalKind.LOCKED
+
+
+def test_a_proposal_recorded_expired_stays_expired() -> None:
+    """Once recorded expired, a proposal is refused as expired at its expiry time, even if the
+    clock reads earlier."""
+    expired = _proposal(state=ProposalState.EXPIRED)
+    refusal = _policy().check_apply(ANA, expired, T0 + timedelta(minutes=1), None)
+    assert _kind(refusal) is RefusalKind.EXPIRED
+    assert refusal is not None
+    assert refusal.at == T0 + timedelta(minutes=15)

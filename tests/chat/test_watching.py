@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from bot.chat.policy import Actor
-from bot.chat.replies import HistoryReply, OperationReply, ProposalReply
+from bot.chat.replies import HistoryReply
 from bot.store import Store
 from bot.vocab import EventPhase, FailureKind, OperationState
 from tests.chat._core_fixtures import (
     RecordingFrontEnd,
     chat_settings,
     migrated_store,
+    propose_and_apply,
     running_core,
 )
 from tests.chat.conftest import SMALL, RunningAgent, SimHost, agent_on_sim, free_port
@@ -47,11 +48,7 @@ def test_a_start_dying_of_host_memory_is_watched_to_rolled_back(
     with agent_on_sim(tmp_path / "small", host) as agent:
         settings = chat_settings({"small-01": agent.url})
         with running_core(settings, store, front) as core:
-            proposal = core.handle("resize size 24", BEN)
-            assert isinstance(proposal, ProposalReply)
-            assert proposal.plan.fits, proposal.plan.reason
-            started = core.handle(f"apply {proposal.id}", ANA)
-            assert isinstance(started, OperationReply)
+            started = propose_and_apply(core, "resize size 24", BEN, ANA)
             final = core.wait(started.watch, timeout_s=120)
     assert final is not None
     assert final.state is OperationState.ROLLED_BACK
@@ -78,10 +75,7 @@ def test_the_agent_killed_mid_watch_is_reported_and_watching_goes_on(
     with agent_on_sim(tmp_path / "kimi-01", host) as agent:
         settings = chat_settings({"kimi-01": agent.url})
         with running_core(settings, store, front) as core:
-            proposal = core.handle("resize ratio 4", BEN)
-            assert isinstance(proposal, ProposalReply)
-            started = core.handle(f"apply {proposal.id}", ANA)
-            assert isinstance(started, OperationReply)
+            started = propose_and_apply(core, "resize ratio 4", BEN, ANA)
             _wait_for(front, EventPhase.LOAD_WEIGHTS)
             agent.kill()
             _wait_until(lambda: bool(front.silences))
