@@ -254,8 +254,8 @@ class StoreAudit:
 
     def finish(self, watch: Watch, operation: AgentOperation, view: ProgressView) -> None:
         record = self.store.operation_by_agent_id(watch.host, str(watch.operation_id))
-        if record is None:
-            return
+        if record is None or record.finished_at is not None:
+            return  # unknown, or already recorded by an earlier watcher
         self.store.finish_operation(record.id, operation.state.value, at=operation.finished_at)
         if record.revision_id is not None:
             self._outcome(record.revision_id, operation, view)

@@ -93,7 +93,8 @@ class ChatCore:
 
     def wait(self, watch: Watch, timeout_s: float | None = None) -> ProgressView | None:
         """Block until ``watch``'s operation ends (or ``timeout_s``); its final view."""
-        watcher = self.context.watchers.ensure(watch)
+        # The operation may have ended already: its finished watcher holds the final view.
+        watcher = self.context.watchers.find(watch) or self.context.watchers.ensure(watch)
         watcher.done.wait(timeout_s)
         return watcher.final
 

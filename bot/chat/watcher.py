@@ -192,6 +192,11 @@ class WatcherPool:
             watcher.start()
             return watcher
 
+    def find(self, watch: Watch) -> Watcher | None:
+        """The watcher of ``watch``'s operation, running or finished, if there is one."""
+        with self._lock:
+            return self._watchers.get((watch.host, watch.operation_id))
+
     def running(self) -> list[Watcher]:
         with self._lock:
             return [w for w in self._watchers.values() if not w.done.is_set()]

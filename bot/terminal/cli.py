@@ -30,6 +30,7 @@ from bot.errors import InputError
 from bot.settings import find_config_path, load_config
 from bot.store import Store, StoreSettings, upgrade_to_head
 from bot.terminal.front import TerminalFrontEnd
+from bot.terminal.wording import stopped_watching_line
 from bot.vocab import OperationState
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "configure", "exit_code", "run"]
@@ -81,7 +82,7 @@ def run_command(core: ChatCore, front: TerminalFrontEnd, text: str, actor: Actor
     try:
         final = core.wait(reply.watch)
     except KeyboardInterrupt:
-        print(f"stopped watching; operation {reply.operation.id} goes on at the agent")
+        print(stopped_watching_line(reply.operation.id))
         return EXIT_FAILED
     if final is None:
         return EXIT_FAILED

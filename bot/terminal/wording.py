@@ -39,6 +39,7 @@ __all__ = [
     "notice_line",
     "progress_lines",
     "reply_lines",
+    "stopped_watching_line",
     "unreachable_line",
 ]
 
@@ -306,3 +307,7 @@ def notice_line(people: tuple[str, ...], watch: Watch, view: ProgressView) -> st
 
 def unreachable_line(watch: Watch, since_hhmm: str) -> str:
     return f"{watch.host}: agent unreachable since {since_hhmm}; still watching"
+
+
+def stopped_watching_line(operation_id: int) -> str:
+    return f"stopped watching; operation {operation_id} goes on at the agent"
