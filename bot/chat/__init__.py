@@ -11,13 +11,14 @@ agents only over their HTTP API, never importing ``bot.agent``::
 from __future__ import annotations
 
 from bot.chat.agent_client import AgentClient
-from bot.chat.audit import Audit, StoreAudit, Watch
+from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings, load_chat_settings
 from bot.chat.core import ChatCore, build_core
 from bot.chat.grammar import Command, UsageError, parse
 from bot.chat.policy import Actor, Policy, Refusal, RefusalKind
 from bot.chat.progress import ProgressView, UpdateThrottle, progress_view
 from bot.chat.replies import FrontEnd, Reply
+from bot.chat.store_audit import StoreAudit
 
 __all__ = [
     "Actor",

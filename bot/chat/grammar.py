@@ -24,6 +24,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bot.chat._usage import USAGE, VERBS
+from bot.chat.commands import (
+    Apply,
+    Cancel,
+    Command,
+    Help,
+    History,
+    Hosts,
+    Report,
+    ReportDaily,
+    ReportEvery,
+    ReportOff,
+    ReportSchedules,
+    Resize,
+    Restart,
+    Rollback,
+    Status,
+)
 from bot.errors import InputError
 
 __all__ = [
@@ -75,105 +92,6 @@ class UsageError(InputError):
         super().__init__(f"{reason}\nusage: {usage}")
         self.reason = reason
         self.usage = usage
-
-
-@dataclass(frozen=True)
-class Help:
-    """``help``: the grammar, with examples."""
-
-
-@dataclass(frozen=True)
-class Status:
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class Resize:
-    """A HiCache change: exactly one of ``ratio`` and ``size_gb`` is set."""
-
-    ratio: float | None = None
-    size_gb: int | None = None
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class Apply:
-    proposal_id: int
-
-
-@dataclass(frozen=True)
-class Cancel:
-    proposal_id: int
-
-
-@dataclass(frozen=True)
-class Restart:
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class Rollback:
-    """Return to ``revision`` (None: the last configuration that became ready)."""
-
-    revision: int | None = None
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class History:
-    limit: int | None = None
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class Hosts:
-    """``hosts``: every configured agent and whether it answers."""
-
-
-@dataclass(frozen=True)
-class Report:
-    """``report [host]``: the capacity report now."""
-
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class ReportEvery:
-    interval_s: int
-
-
-@dataclass(frozen=True)
-class ReportDaily:
-    hour: int
-    minute: int
-
-
-@dataclass(frozen=True)
-class ReportOff:
-    pass
-
-
-@dataclass(frozen=True)
-class ReportSchedules:
-    pass
-
-
-Command = (
-    Help
-    | Status
-    | Resize
-    | Apply
-    | Cancel
-    | Restart
-    | Rollback
-    | History
-    | Hosts
-    | Report
-    | ReportEvery
-    | ReportDaily
-    | ReportOff
-    | ReportSchedules
-)
 
 
 def parse(text: str, hosts: Sequence[str]) -> Command:

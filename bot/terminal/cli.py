@@ -14,7 +14,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from bot.chat.audit import StoreAudit
 from bot.chat.config import load_chat_settings
 from bot.chat.core import ChatCore, build_core
 from bot.chat.policy import Actor
@@ -26,6 +25,7 @@ from bot.chat.replies import (
     Reply,
     UsageReply,
 )
+from bot.chat.store_audit import StoreAudit
 from bot.errors import InputError
 from bot.settings import find_config_path, load_config
 from bot.store import Store, StoreSettings, upgrade_to_head

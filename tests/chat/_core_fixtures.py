@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bot.chat.audit import StoreAudit, Watch
+from bot.chat.audit import Watch
 from bot.chat.config import ChatSettings, HostSettings, PolicySettings
 from bot.chat.core import ChatCore, build_core
 from bot.chat.policy import Actor
 from bot.chat.progress import ProgressView
 from bot.chat.replies import OperationReply, ProposalReply, Reply
+from bot.chat.store_audit import StoreAudit
 from bot.store import Store, upgrade_to_head
 from tests.chat.conftest import TOKEN, TOKEN_ENV
 
