@@ -4,13 +4,15 @@ It knows no front end: Slack and the terminal (``bot.terminal``) hand it text an
 :class:`Actor`, and lay out the replies and views it hands their :class:`FrontEnd`. It speaks to
 agents only over their HTTP API, never importing ``bot.agent``::
 
-    core = build_core(load_chat_settings(config, path), StoreAudit(store), front, os.environ)
+    settings = load_chat_settings(config, path)
+    audit = StoreAudit(store, revisions_source(settings, os.environ))
+    core = build_core(settings, audit, front, os.environ)
     reply = core.handle("resize ratio 4", Actor("U1"))
 """
 
 from __future__ import annotations
 
-from bot.chat.agent_client import AgentClient
+from bot.chat.agent_client import AgentClient, revisions_source
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings, load_chat_settings
 from bot.chat.core import ChatCore, build_core
@@ -41,4 +43,5 @@ __all__ = [
     "load_chat_settings",
     "parse",
     "progress_view",
+    "revisions_source",
 ]

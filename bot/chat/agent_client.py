@@ -29,16 +29,17 @@ from bot.chat.agent_views import (
     AgentEvent,
     AgentOperation,
     AgentPlan,
-    AgentRevision,
     AgentStatus,
     OperationPage,
     PlannedChange,
 )
+from bot.chat.config import ChatSettings
 from bot.errors import AgentAuthError, AgentError, AgentRejected, AgentUnreachable
 from bot.settings import Secret
+from bot.store import AgentRevision, read_revisions
 from bot.vocab import OperationKind
 
-__all__ = ["DEFAULT_TIMEOUT_S", "LONG_POLL_MARGIN_S", "AgentClient"]
+__all__ = ["DEFAULT_TIMEOUT_S", "LONG_POLL_MARGIN_S", "AgentClient", "connect", "revisions_source"]
 
 #: Seconds to connect, send and read an ordinary answer (status reads NVML and psutil: ~1 s).
 DEFAULT_TIMEOUT_S = 15.0
@@ -146,13 +147,15 @@ class AgentClient:
             "operations",
         )
 
-    def revisions(self) -> tuple[AgentRevision, ...]:
+    def revisions_answer(self) -> Mapping[str, Any]:
+        """``GET /v1/revisions`` as sent (the store records from it), once it reads whole."""
         body = self._call("GET", "/v1/revisions")
-        return self._parse(
-            lambda b: tuple(AgentRevision.from_json(rev) for rev in b["revisions"]),
-            body,
-            "revisions",
-        )
+        read_revisions(body)
+        return body
+
+    def revisions(self) -> dict[int, AgentRevision]:
+        """Every config the host ran, by the agent's revision id."""
+        return read_revisions(self.revisions_answer())
 
     # -- the seam ---------------------------------------------------------------------------
 
@@ -200,6 +203,34 @@ class AgentClient:
                 f"agent {self.host} sent a {what} kimi-ops cannot read ({exc!r}); "
                 "is it another kimi-ops version?"
             ) from exc
+
+
+def connect(
+    settings: ChatSettings,
+    host: str,
+    environ: Mapping[str, str],
+    transport: httpx.BaseTransport | None = None,
+) -> AgentClient:
+    """A client for the configured ``host``, on the token its ``token_env`` names."""
+    spec = settings.host(host)
+    return AgentClient(
+        spec.url, settings.token_for(spec, environ), host=spec.name, transport=transport
+    )
+
+
+def revisions_source(
+    settings: ChatSettings,
+    environ: Mapping[str, str],
+    transports: Mapping[str, httpx.BaseTransport] | None = None,
+) -> Callable[[str], Mapping[str, Any]]:
+    """host -> its agent's ``GET /v1/revisions`` answer, each asked on a client of its own (the
+    audit asks once per operation recorded or ended)."""
+
+    def answer(host: str) -> Mapping[str, Any]:
+        with connect(settings, host, environ, (transports or {}).get(host)) as client:
+            return client.revisions_answer()
+
+    return answer
 
 
 def _sizing(ratio: float | None, size_gb: int | None) -> dict[str, float]:

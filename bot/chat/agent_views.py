@@ -26,7 +26,6 @@ __all__ = [
     "AgentEvent",
     "AgentOperation",
     "AgentPlan",
-    "AgentRevision",
     "AgentStatus",
     "OperationPage",
     "PlannedChange",
@@ -268,42 +267,5 @@ class AgentStatus:
             operation=None if not operation else AgentOperation.from_json(operation),
             fingerprint=str(body.get("fingerprint") or ""),
             problems=tuple(str(p) for p in body.get("problems") or ()),
-            raw=dict(body),
-        )
-
-
-@dataclass(frozen=True)
-class AgentRevision:
-    """A configuration the host ran (``GET /v1/revisions``), with how its start went."""
-
-    id: int
-    hicache: _Json
-    outcome: str
-    became_ready: bool
-    startup_s: float | None
-    device_tokens: int | None
-    host_gb_per_rank: float | None
-    host_tokens_per_rank: int | None
-    created_at: datetime
-    actor: str
-    kind: str
-    operation_id: int | None
-    raw: _Json = field(repr=False, compare=False)
-
-    @classmethod
-    def from_json(cls, body: _Json) -> AgentRevision:
-        return cls(
-            id=int(_need(body, "id", "revision")),
-            hicache=dict(body.get("hicache") or {}),
-            outcome=str(body.get("outcome", "")),
-            became_ready=bool(body.get("became_ready")),
-            startup_s=_opt_float(body.get("startup_s")),
-            device_tokens=_opt_int(body.get("device_tokens")),
-            host_gb_per_rank=_opt_float(body.get("host_gb_per_rank")),
-            host_tokens_per_rank=_opt_int(body.get("host_tokens_per_rank")),
-            created_at=_time(_need(body, "created_at", "revision"), "created_at"),
-            actor=str(body.get("actor", "")),
-            kind=str(body.get("kind", "")),
-            operation_id=_opt_int(body.get("operation_id")),
             raw=dict(body),
         )

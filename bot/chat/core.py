@@ -2,7 +2,8 @@
 
 ::
 
-    core = build_core(settings, StoreAudit(store), front, environ=os.environ)
+    audit = StoreAudit(store, revisions_source(settings, os.environ))
+    core = build_core(settings, audit, front, environ=os.environ)
     core.resume()                       # watch again what was running when the bot stopped
     reply = core.handle("resize ratio 4", Actor("U1"))   # also handed to front.reply
     core.close()
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 
 from bot.chat import handlers
-from bot.chat.agent_client import AgentClient
+from bot.chat.agent_client import connect
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings
 from bot.chat.grammar import (
@@ -118,12 +119,7 @@ def build_core(
     """The core with one agent client per configured host (tokens read from ``environ``)."""
     the_clock = clock or SystemClock()
     clients = {
-        host.name: AgentClient(
-            host.url,
-            settings.token_for(host, environ),
-            host=host.name,
-            transport=(transports or {}).get(host.name),
-        )
+        host.name: connect(settings, host.name, environ, (transports or {}).get(host.name))
         for host in settings.hosts
     }
 

@@ -1,41 +1,49 @@
-"""The core's audit over :class:`bot.store.Store` as it is today.
+"""The core's audit over :class:`bot.store.Store`, through the store's one agent mapping.
 
-A proposal is a revision plus a proposal row; an operation is an operation row with its events;
-an outcome lands on the revision (failed, then rolled back, for a rollback).
+What an agent answered (a plan, an operation page, its events) is recorded by
+:mod:`bot.store.from_agent`, as the demo and any importer record it; this module adds only what
+the bot itself decides: claims, cancels, expiries and refusals. An operation's revision carries
+the command line the agent wrote, so ``revisions`` (host -> the agent's ``GET /v1/revisions``
+answer) is asked whenever an operation is recorded or ends.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from bot.chat.agent_views import AgentEvent, AgentOperation, PlannedChange
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import ProposalState, ProposalTerms, Refusal
-from bot.chat.progress import ProgressView, progress_view
+from bot.chat.progress import ProgressView
 from bot.errors import InputError, NotFound, StoreError
+from bot.planner import Verdict
 from bot.store import (
-    HiCacheSettings,
-    OperationEvent,
-    Outcome,
-    PlanSummary,
     ProposalRecord,
+    RevisionOutcome,
     RevisionRecord,
     Store,
+    record_agent_events,
+    record_agent_operation,
+    record_agent_proposal,
 )
-from bot.vocab import OperationState
 
-__all__ = ["StoreAudit"]
+__all__ = ["RevisionsSource", "StoreAudit"]
 
-_OPEN = {Outcome.PROPOSED.value, Outcome.REFUSED.value}
+#: host -> the agent's ``GET /v1/revisions`` answer, as sent.
+RevisionsSource = Callable[[str], Mapping[str, Any]]
+
+_OPEN = {RevisionOutcome.PROPOSED, RevisionOutcome.REFUSED}
 
 
 class StoreAudit:
-    """:class:`Audit` over :class:`bot.store.Store` as it is today."""
+    """:class:`~bot.chat.audit.Audit` over :class:`bot.store.Store`."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, revisions: RevisionsSource) -> None:
         self.store = store
+        self._revisions = revisions
         # One bot process applies from several threads (Slack's listener pool, the terminal):
         # the store's transaction makes the claim atomic across processes, this lock within one.
         self._claims = threading.Lock()
@@ -51,34 +59,16 @@ class StoreAudit:
         expires_at: datetime,
         channel: str,
     ) -> ProposalTerms:
-        plan = change.plan
-        settings = HiCacheSettings(
-            enabled=True,
-            ratio=plan.ratio,
-            size_gb=None if plan.size_gb is None else int(plan.size_gb),
-        )
-        summary = PlanSummary(
-            per_rank_gb=plan.per_rank_gb or 0.0,
-            total_gb=plan.total_gb or 0.0,
-            per_rank_tokens=plan.per_rank_tokens or 0,
-            verdict="fits" if plan.fits else "refused",
-            reason=plan.reason,
-            detail=dict(plan.raw),
-        )
-        requested = {"ratio": plan.ratio, "size_gb": plan.size_gb}
-        record = self.store.record_proposal(
+        answer = {"plan": change.plan.raw, "fingerprint": change.fingerprint}
+        record = record_agent_proposal(
+            self.store,
             host,
-            settings,
-            summary,
+            answer,
             proposed_by=proposed_by,
             channel=channel,
             expires_at=expires_at,
-            fingerprint=change.fingerprint,
-            requested=requested,
             at=at,
         )
-        if not plan.fits:
-            self.store.record_outcome(record.revision_id, Outcome.REFUSED, at=at)
         return self.proposal(record.id)
 
     def proposal(self, proposal_id: int) -> ProposalTerms:
@@ -92,7 +82,7 @@ class StoreAudit:
         with self._claims:
             record = self.store.proposal(proposal_id)
             revision = self.store.revision(record.revision_id)
-            if revision.outcome.value == Outcome.PROPOSED.value:
+            if revision.outcome is RevisionOutcome.PROPOSED:
                 try:
                     revision = self.store.record_apply(revision.id, actor, at=at)
                 except (StoreError, InputError):
@@ -103,19 +93,19 @@ class StoreAudit:
     def settle_refused(self, proposal_id: int) -> None:
         """The agent refused the claimed proposal at apply time: it ends refused."""
         record = self.store.proposal(proposal_id)
-        self.store.record_outcome(record.revision_id, Outcome.REFUSED)
+        self.store.record_outcome(record.revision_id, RevisionOutcome.REFUSED)
 
     def settle_expired(self, proposal_id: int) -> None:
         """An apply found the proposal expired or void: record it so (once)."""
         record = self.store.proposal(proposal_id)
-        if self.store.revision(record.revision_id).outcome.value == Outcome.PROPOSED.value:
-            self.store.record_outcome(record.revision_id, Outcome.EXPIRED)
+        if self.store.revision(record.revision_id).outcome is RevisionOutcome.PROPOSED:
+            self.store.record_outcome(record.revision_id, RevisionOutcome.EXPIRED)
 
     def cancel(self, proposal_id: int, actor: str, at: datetime) -> ProposalTerms:
         record = self.store.proposal(proposal_id)
         revision = self.store.revision(record.revision_id)
-        if revision.outcome.value == Outcome.PROPOSED.value:
-            revision = self.store.record_outcome(revision.id, Outcome.CANCELLED, at=at)
+        if revision.outcome is RevisionOutcome.PROPOSED:
+            revision = self.store.record_outcome(revision.id, RevisionOutcome.CANCELLED, at=at)
         return _terms(record, revision)
 
     def record_refusal(self, refusal: Refusal, text: str, at: datetime, channel: str) -> None:
@@ -140,148 +130,79 @@ class StoreAudit:
         revision_id = None
         if proposal_id is not None:
             revision_id = self.store.proposal(proposal_id).revision_id
-        self.store.record_operation(
-            watch.host,
-            str(operation.id),
-            operation.kind.value,
-            state=operation.state.value,
-            channel=channel,
-            revision_id=revision_id,
-            started_at=operation.created_at,
-        )
+        self._record(watch.host, operation, (), revision_id=revision_id, channel=channel)
 
     def record_events(self, watch: Watch, events: Sequence[AgentEvent]) -> None:
-        record = self.store.operation_by_agent_id(watch.host, str(watch.operation_id))
-        if record is None or not events:
-            return
-        self.store.append_events(
-            record.id,
-            [
-                OperationEvent(
-                    seq=event.seq,
-                    at=event.at,
-                    phase=event.phase.value,
-                    message=event.message,
-                    progress=event.progress,
-                    data=dict(event.data),
-                )
-                for event in events
-            ],
-        )
+        page = {"events": [event.to_json() for event in events]}
+        record_agent_events(self.store, watch.host, watch.operation_id, page)
 
     def finish(self, watch: Watch, operation: AgentOperation, view: ProgressView) -> None:
-        record = self.store.operation_by_agent_id(watch.host, str(watch.operation_id))
+        record = self.store.operation_by_agent_id(watch.host, watch.operation_id)
         if record is None or record.finished_at is not None:
             return  # unknown, or already recorded by an earlier watcher
-        self.store.finish_operation(record.id, operation.state.value, at=operation.finished_at)
-        if record.revision_id is not None:
-            self._outcome(record.revision_id, operation, view)
+        # The events are stored already: the mapping reads the outcome from the final one.
+        self._record(watch.host, operation, ())
 
-    def _outcome(self, revision_id: int, operation: AgentOperation, view: ProgressView) -> None:
-        at = operation.finished_at
-        if operation.state is OperationState.READY and view.final is not None:
-            final = view.final
-            self.store.record_outcome(
-                revision_id,
-                Outcome.READY,
-                at=at,
-                startup_seconds=final.startup_s,
-                device_tokens=final.device_tokens,
-                host_gb_per_rank=final.host_gb_per_rank,
-                host_tokens_per_rank=final.host_tokens_per_rank,
-            )
-            return
-        cause = view.rollback or view.failure
-        self.store.record_outcome(
-            revision_id,
-            Outcome.FAILED,
-            at=at,
-            failure_kind=None if cause is None else cause.kind.value,
-            failure_lines=() if cause is None else cause.lines,
+    def _record(
+        self,
+        host: str,
+        operation: AgentOperation,
+        events: Sequence[AgentEvent],
+        *,
+        revision_id: int | None = None,
+        channel: str | None = None,
+    ) -> None:
+        page = {"operation": operation.raw, "events": [event.to_json() for event in events]}
+        revisions = {"revisions": []} if operation.revision is None else self._revisions(host)
+        record_agent_operation(
+            self.store, host, page, revisions, revision_id=revision_id, channel=channel
         )
-        if operation.state is OperationState.ROLLED_BACK:
-            self.store.record_outcome(revision_id, Outcome.ROLLED_BACK, at=at)
 
     def unfinished(self) -> list[Watch]:
-        watches = []
-        for record in self.store.unfinished_operations():
-            watches.append(
-                Watch(
-                    host=record.host,
-                    operation_id=int(record.agent_operation_id),
-                    title=f"{record.kind} {record.host}",
-                    proposed_by=None,
-                    applied_by=None,
-                    last_seq=record.last_event_seq,
-                )
+        return [
+            Watch(
+                host=record.host,
+                operation_id=record.agent_operation_id,
+                title=f"{record.kind.value} {record.host}",
+                proposed_by=None,
+                applied_by=None,
+                last_seq=record.last_event_seq,
             )
-        return watches
+            for record in self.store.unfinished_operations()
+        ]
 
     def known(self, host: str, operation_id: int) -> bool:
-        return self.store.operation_by_agent_id(host, str(operation_id)) is not None
+        return self.store.operation_by_agent_id(host, operation_id) is not None
 
     def import_operation(
         self, host: str, operation: AgentOperation, events: Sequence[AgentEvent]
     ) -> Watch:
         """Record an operation someone started without this bot (another bot, curl), so
-        ``history`` is complete: a revision applied by its actor, the operation, its events and,
-        once it has ended, its outcome."""
+        ``history`` is complete: its revision applied by its actor, the operation, its events
+        and, once it has ended, its outcome."""
+        self._record(host, operation, events)
         plan = operation.plan
-        settings = HiCacheSettings(
-            enabled=True,
-            ratio=None if plan is None else plan.ratio,
-            size_gb=None if plan is None or plan.size_gb is None else int(plan.size_gb),
-        )
-        summary = PlanSummary(
-            per_rank_gb=(plan.per_rank_gb if plan else None) or 0.0,
-            total_gb=(plan.total_gb if plan else None) or 0.0,
-            per_rank_tokens=(plan.per_rank_tokens if plan else None) or 0,
-            verdict="fits",
-            reason=plan.reason if plan else f"{operation.kind} started outside kimi-ops chat",
-            detail={} if plan is None else dict(plan.raw),
-        )
-        revision = self.store.record_revision(
-            host, settings, summary, proposed_by=operation.actor, at=operation.created_at
-        )
-        self.store.record_apply(revision.id, operation.actor, at=operation.created_at)
-        self.store.record_operation(
-            host,
-            str(operation.id),
-            operation.kind.value,
-            state=operation.state.value,
-            revision_id=revision.id,
-            started_at=operation.created_at,
-        )
-        watch = Watch(
+        return Watch(
             host=host,
             operation_id=operation.id,
             title=f"{operation.kind.value.capitalize()} {host} (by {operation.actor})",
             proposed_by=None,
             applied_by=operation.actor,
+            last_seq=events[-1].seq if events else 0,
             planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
         )
-        self.record_events(watch, events)
-        if operation.finished:
-            view = progress_view(
-                events,
-                operation.state,
-                planned_gb_per_rank=watch.planned_gb_per_rank,
-                failure=operation.failure,
-            )
-            self.finish(watch, operation, view)
-        return watch
 
     def history(self, host: str | None, limit: int) -> list[HistoryEntry]:
         return [_entry(record) for record in self.store.history(host, limit)]
 
 
 def _terms(record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
-    outcome = revision.outcome.value
+    outcome = revision.outcome
     if outcome in _OPEN:
         state, by, at = ProposalState.OPEN, None, None
-    elif outcome == Outcome.CANCELLED.value:
+    elif outcome is RevisionOutcome.CANCELLED:
         state, by, at = ProposalState.CANCELLED, revision.applied_by, revision.finished_at
-    elif outcome == Outcome.EXPIRED.value:
+    elif outcome is RevisionOutcome.EXPIRED:
         state, by, at = ProposalState.EXPIRED, None, revision.finished_at
     else:
         state, by, at = ProposalState.APPLIED, revision.applied_by, revision.applied_at
@@ -290,7 +211,7 @@ def _terms(record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
         host=revision.host,
         proposed_by=revision.proposed_by or "",
         created_at=record.created_at,
-        fits=revision.plan.verdict == "fits" and outcome != Outcome.REFUSED.value,
+        fits=revision.plan.verdict is Verdict.FITS and outcome is not RevisionOutcome.REFUSED,
         reason=revision.plan.reason,
         state=state,
         settled_by=by,
@@ -318,7 +239,7 @@ def _entry(record: RevisionRecord) -> HistoryEntry:
         applied_by=record.applied_by,
         proposed_at=record.proposed_at,
         outcome=record.outcome.value,
-        planned_gb_per_rank=record.plan.per_rank_gb or None,
+        planned_gb_per_rank=record.plan.per_rank_gb,
         logged_gb_per_rank=record.host_gb_per_rank,
         startup_s=record.startup_seconds,
         device_tokens=record.device_tokens,

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from bot.chat.agent_client import revisions_source
 from bot.chat.config import load_chat_settings
 from bot.chat.core import ChatCore, build_core
 from bot.chat.policy import Actor
@@ -130,7 +131,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     upgrade_to_head(url)
     front = TerminalFrontEnd(sys.stdout, tty=sys.stdout.isatty())
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
-        core = build_core(settings, StoreAudit(store), front, env)
+        audit = StoreAudit(store, revisions_source(settings, env))
+        core = build_core(settings, audit, front, env)
         try:
             if args.command:
                 return run_command(core, front, " ".join(args.command), actor)

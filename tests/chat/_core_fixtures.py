@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
+
+from bot.chat.agent_client import revisions_source
 from bot.chat.audit import Watch
 from bot.chat.config import ChatSettings, HostSettings, PolicySettings
 from bot.chat.core import ChatCore, build_core
@@ -76,13 +79,16 @@ def chat_settings(
 def running_core(
     settings: ChatSettings, store: Store, front: RecordingFrontEnd, **kwargs: object
 ) -> Iterator[ChatCore]:
+    environ = {TOKEN_ENV: TOKEN}
+    transports: Mapping[str, httpx.BaseTransport] | None = kwargs.pop("transports", None)  # type: ignore[assignment]
     core = build_core(
         settings,
-        StoreAudit(store),
+        StoreAudit(store, revisions_source(settings, environ, transports)),
         front,
-        environ={TOKEN_ENV: TOKEN},
+        environ=environ,
         poll_wait_s=5.0,
         retry_s=0.2,
+        transports=transports,
         **kwargs,  # type: ignore[arg-type]
     )
     try:

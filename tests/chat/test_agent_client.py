@@ -72,7 +72,7 @@ def test_status_plan_resize_and_long_poll_against_a_real_agent(client: AgentClie
     assert client.events(operation.id).events[-1].phase is EventPhase.READY
     assert client.status().hicache.ratio == 4.0  # type: ignore[union-attr]
     assert client.operations(5)[0].id == operation.id
-    assert client.revisions()[0].operation_id == operation.id
+    assert client.revisions()[page.operation.revision].setting.ratio == 4.0  # type: ignore[index]
 
 
 @pytest.mark.slow

@@ -88,7 +88,7 @@ def test_resize_apply_watch_to_ready_and_history(kimi_agent: RunningAgent, store
     assert entry.applied_by == "ana"
     assert entry.plan.per_rank_gb == pytest.approx(PLANNED_GB, abs=0.01)
     assert entry.host_gb_per_rank == pytest.approx(LOGGED_GB, abs=0.005)
-    record = store.operation_by_agent_id("kimi-01", str(started.operation.id))
+    record = store.operation_by_agent_id("kimi-01", started.operation.id)
     assert record is not None
     assert record.finished_at is not None
     stored = store.operation_events(record.id)
@@ -165,7 +165,7 @@ def test_a_bot_restarted_mid_watch_resumes_from_the_store(
     with running_core(settings, store, first_front) as core:
         started = propose_and_apply(core, "resize ratio 4", BEN, ANA)
     # Closed at once: the operation goes on at the agent.
-    record = store.operation_by_agent_id("kimi-01", str(started.operation.id))
+    record = store.operation_by_agent_id("kimi-01", started.operation.id)
     assert record is not None
     assert record.finished_at is None
     second_front = RecordingFrontEnd()

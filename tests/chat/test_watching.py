@@ -11,7 +11,7 @@ import pytest
 
 from bot.chat.policy import Actor
 from bot.chat.replies import HistoryReply
-from bot.store import Store
+from bot.store import RevisionOutcome, Store
 from bot.vocab import EventPhase, FailureKind, OperationState
 from tests.chat._core_fixtures import (
     RecordingFrontEnd,
@@ -57,10 +57,19 @@ def test_a_start_dying_of_host_memory_is_watched_to_rolled_back(
     noticed = [view.state for people, _, view in front.notices if people == ("ben", "ana")]
     assert noticed == [OperationState.ROLLING_BACK, OperationState.ROLLED_BACK]
     assert any(view.phase is EventPhase.ROLLING_BACK for _, view in front.views)
-    revision = store.history("small-01", 1)[0]
-    assert revision.outcome.value == "rolled_back"
-    assert revision.failure_kind == "host_memory"
+    # Newest first: the rollback's own start (back to the last config that was ready), then
+    # the failed size 24.
+    rollback, revision = store.history("small-01", 2)
+    assert revision.outcome is RevisionOutcome.ROLLED_BACK
+    assert revision.settings.size_gb == 24
+    assert revision.failure_kind is FailureKind.HOST_MEMORY
     assert any("Not enough host memory available" in line for line in revision.failure_lines)
+    assert rollback.rollback_of == revision.id
+    assert rollback.outcome is RevisionOutcome.READY
+    assert rollback.returned_to is not None
+    returned_to = store.revision(rollback.returned_to)
+    assert returned_to.outcome is RevisionOutcome.READY
+    assert rollback.settings == returned_to.settings
 
 
 @pytest.mark.slow
@@ -84,7 +93,7 @@ def test_the_agent_killed_mid_watch_is_reported_and_watching_goes_on(
     assert final is not None
     assert final.state is OperationState.READY
     assert front.silences[0][0].operation_id == started.operation.id
-    record = store.operation_by_agent_id("kimi-01", str(started.operation.id))
+    record = store.operation_by_agent_id("kimi-01", started.operation.id)
     assert record is not None
     stored = store.operation_events(record.id)
     assert [event.seq for event in stored] == list(range(1, len(stored) + 1))
