@@ -1,9 +1,9 @@
 """One typed client for one agent's HTTP API: the only way the bot talks to a GPU host.
 
 Every call returns a frozen value of :mod:`bot.chat.agent_views` or raises a kind of
-:class:`~bot.errors.AgentError` (:mod:`bot.chat.agent_errors`) carrying the agent's body; httpx's
-own errors never leave this module. Tests pass ``transport=`` (``httpx.MockTransport``, or real
-HTTP to an agent subprocess)::
+:class:`~bot.errors.AgentError` (the kinds and their status codes are drawn in :mod:`bot.errors`)
+carrying the agent's body; httpx's own errors never leave this module. Tests pass ``transport=``
+(``httpx.MockTransport``, or real HTTP to an agent subprocess)::
 
     client = AgentClient("http://127.0.0.1:7300", Secret("..."))
     change = client.plan(ratio=4)                   # PlannedChange(plan=..., fingerprint=...)
@@ -18,13 +18,6 @@ from typing import Any, TypeVar
 
 import httpx
 
-from bot.chat.agent_errors import (
-    AgentBusy,
-    AgentNotFound,
-    AgentPlanRefused,
-    AgentStale,
-    AgentUnavailable,
-)
 from bot.chat.agent_views import (
     AgentEvent,
     AgentOperation,
@@ -34,7 +27,17 @@ from bot.chat.agent_views import (
     PlannedChange,
 )
 from bot.chat.config import ChatSettings
-from bot.errors import AgentAuthError, AgentError, AgentRejected, AgentUnreachable
+from bot.errors import (
+    AgentAuthError,
+    AgentBusy,
+    AgentError,
+    AgentNotFound,
+    AgentPlanRefused,
+    AgentRejected,
+    AgentStale,
+    AgentUnavailable,
+    AgentUnreachable,
+)
 from bot.settings import Secret
 from bot.store import AgentRevision, read_revisions
 from bot.vocab import OperationKind

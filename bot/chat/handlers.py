@@ -15,7 +15,6 @@ from datetime import datetime
 
 from bot.chat._usage import HELP_LINES
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_errors import AgentBusy, AgentPlanRefused, AgentStale
 from bot.chat.agent_views import AgentOperation, AgentStatus
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings, HostSettings
@@ -48,7 +47,7 @@ from bot.chat.replies import (
 from bot.chat.watcher import WatcherPool
 from bot.chat.wording import refusal_text
 from bot.clock import Clock
-from bot.errors import AgentError, NotFound
+from bot.errors import AgentBusy, AgentError, AgentPlanRefused, AgentStale, NotFound
 from bot.vocab import OperationKind
 
 __all__ = [

@@ -11,14 +11,17 @@ import httpx
 import pytest
 
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_errors import (
+from bot.errors import (
+    AgentAuthError,
     AgentBusy,
+    AgentError,
     AgentNotFound,
     AgentPlanRefused,
+    AgentRejected,
     AgentStale,
     AgentUnavailable,
+    AgentUnreachable,
 )
-from bot.errors import AgentAuthError, AgentError, AgentRejected, AgentUnreachable
 from bot.settings import Secret
 from bot.vocab import EventPhase, OperationKind, OperationState, ServerState
 from tests.chat.conftest import RunningAgent, free_port
