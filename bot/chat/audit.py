@@ -1,8 +1,8 @@
 """The audit seam: what the core keeps on record and reads back, as a Protocol.
 
 The core calls only :class:`Audit`; :class:`bot.chat.store_audit.StoreAudit` implements it over
-today's store. The store's own mapping of the agent's answers can replace that implementation
-without the core changing.
+the store, recording what agents answered through the store's one mapping
+(:mod:`bot.store.from_agent`).
 
 Exactly one apply of a proposal wins: :meth:`Audit.claim_apply` moves the proposal from open to
 applied in one write transaction, and only the caller whose claim is the one recorded (same
