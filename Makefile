@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m bot.demo
+	$(BIN)/python -m bot demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench migrations

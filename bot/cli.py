@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("bot.agent.cli", "run the agent on a GPU host"),
     "db": ("bot.store.cli", "database schema: upgrade, current, downgrade"),
     "history": ("bot.store.history_cli", "the audit of applied configurations"),
+    "chat": ("bot.terminal.cli", "the bot's commands from a terminal (status, resize, apply ...)"),
+    "demo": ("bot.demo.cli", "the bot on a simulated host: a scripted session, then a prompt"),
 }
 
 

@@ -23,7 +23,12 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     ├── AgentError .............. the bot could not get an answer it can use from an agent
     │   ├── AgentUnreachable .... connection refused, timeout, DNS
     │   ├── AgentAuthError ...... 401 from the agent
-    │   └── AgentRejected ....... 4xx with a reason from the agent
+    │   ├── AgentUnavailable .... 503: the agent answered, its host or state could not
+    │   └── AgentRejected ....... 4xx with a reason from the agent (``body`` as sent)
+    │       ├── AgentNotFound ... 404: no such operation or revision
+    │       ├── AgentBusy ....... 409: another operation holds the server (holder, since)
+    │       ├── AgentStale ...... 409: the facts changed since the plan's fingerprint
+    │       └── AgentPlanRefused  422 with the Plan: the planner refused the change
     ├── StoreError .............. the database refused or failed a read or a write
     │   └── MigrationError ...... the schema cannot be brought to the expected revision
     ├── SimError ................ the simulator was given a profile or a setting it cannot use
@@ -39,12 +44,18 @@ Messages name the value at fault and, where there is one, the fix:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
     "AgentAuthError",
+    "AgentBusy",
     "AgentError",
+    "AgentNotFound",
+    "AgentPlanRefused",
     "AgentRejected",
+    "AgentStale",
+    "AgentUnavailable",
     "AgentUnreachable",
     "BackendError",
     "CommandLineError",
@@ -170,6 +181,39 @@ class AgentRejected(AgentError):
     def __init__(self, message: str, status_code: int = 400, body: object | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.body = body
+
+
+class AgentNotFound(AgentRejected):
+    """404: the agent has no such operation or revision."""
+
+
+class AgentBusy(AgentRejected):
+    """409: another operation holds the server; ``holder`` started it at ``since``."""
+
+    def __init__(self, message: str, body: Mapping[str, Any], holder: str, since: str) -> None:
+        super().__init__(message, status_code=409, body=dict(body))
+        self.holder = holder
+        self.since = since
+
+
+class AgentStale(AgentRejected):
+    """409: the host's facts changed since the plan's fingerprint was taken."""
+
+
+class AgentPlanRefused(AgentRejected):
+    """422 with a Plan: the planner refused the change (``plan`` is the agent's Plan JSON)."""
+
+    def __init__(self, message: str, body: Mapping[str, Any], plan: Mapping[str, Any]) -> None:
+        super().__init__(message, status_code=422, body=dict(body))
+        self.plan: Mapping[str, Any] = plan
+
+
+class AgentUnavailable(AgentError):
+    """503: the agent answered but the host, its server control or its state could not."""
+
+    def __init__(self, message: str, body: object | None = None) -> None:
+        super().__init__(message)
         self.body = body
 
 

@@ -1,5 +1,5 @@
-"""``make demo``: the simulator, an agent over real HTTP and a migrated store on one machine,
-driven by a scripted on-call session that prints what Slack would show."""
+"""``kimi-ops demo`` (``make demo``): the simulator, an agent over real HTTP, a migrated store and
+the bot's core on one machine, played through ``kimi-ops chat``'s terminal front end."""
 
 from __future__ import annotations
 

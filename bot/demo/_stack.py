@@ -100,6 +100,9 @@ def demo_stack(root: Path, time_scale: float) -> Iterator[DemoStack]:
         stdout=agent_log,
         stderr=subprocess.STDOUT,
         env=env,
+        # Out of the terminal's process group: Ctrl-C reaches the demo alone, which then stops
+        # the agent and the server in order rather than all at once.
+        start_new_session=True,
     )
     try:
         url = _wait_for_address(root / "agent" / "agent.addr", agent)

@@ -14,8 +14,14 @@ the agent's answers and these records.
 
 from __future__ import annotations
 
+from bot.store._agent_json import AgentRevision, read_revisions
 from bot.store.config import DEFAULT_URL, StoreSettings, resolve_url
-from bot.store.from_agent import record_agent_operation, record_agent_plan
+from bot.store.from_agent import (
+    record_agent_events,
+    record_agent_operation,
+    record_agent_plan,
+    record_agent_proposal,
+)
 from bot.store.migrate import (
     current_revision,
     downgrade,
@@ -41,6 +47,7 @@ from bot.store.store import Store
 __all__ = [
     "DEFAULT_URL",
     "FINAL_OUTCOMES",
+    "AgentRevision",
     "CapacitySample",
     "OperationRecord",
     "PlanSummary",
@@ -56,8 +63,11 @@ __all__ = [
     "downgrade",
     "ensure_at_head",
     "head_revision",
+    "read_revisions",
+    "record_agent_events",
     "record_agent_operation",
     "record_agent_plan",
+    "record_agent_proposal",
     "resolve_url",
     "upgrade",
     "upgrade_to_head",

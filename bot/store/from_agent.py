@@ -5,6 +5,8 @@ fleet-wide audit. This module turns the agent's answers into store records, link
 ids, so the bot, the demo and any later importer write the same audit::
 
     record_agent_plan(store, "kimi-01", plans_answer, proposed_by="U0BEN")
+    record_agent_proposal(store, "kimi-01", plans_answer, proposed_by="U0BEN", channel="C1", ...)
+    record_agent_events(store, "kimi-01", 12, {"events": [...]})
     record_agent_operation(store, "kimi-01", operation_page, revisions_answer, revision_id=7)
 
 The rules:
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from bot.errors import AgentError
@@ -52,6 +55,7 @@ from bot.store._agent_json import (
 from bot.store.records import (
     OperationRecord,
     PlanSummary,
+    ProposalRecord,
     RevisionOutcome,
     RevisionRecord,
     StoredEvent,
@@ -59,7 +63,12 @@ from bot.store.records import (
 from bot.store.store import Store
 from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationState
 
-__all__ = ["record_agent_operation", "record_agent_plan"]
+__all__ = [
+    "record_agent_events",
+    "record_agent_operation",
+    "record_agent_plan",
+    "record_agent_proposal",
+]
 
 # A revision the agent ran without a plan the store saw (a config found running, or one started
 # before the store was used): no figures, nothing refused.
@@ -74,6 +83,52 @@ def record_agent_plan(
     refused = plan.verdict is Verdict.REFUSED
     outcome = RevisionOutcome.REFUSED if refused else RevisionOutcome.PROPOSED
     return store.record_revision(host, setting, plan, proposed_by=proposed_by, outcome=outcome)
+
+
+def record_agent_proposal(
+    store: Store,
+    host: str,
+    answer: Mapping[str, Any],
+    *,
+    proposed_by: str,
+    channel: str,
+    expires_at: datetime,
+    at: datetime | None = None,
+) -> ProposalRecord:
+    """Record a ``/v1/plans`` answer shown to people as a proposal, with its ``fingerprint``:
+    a refused plan ends ``refused`` at once (its figures and reason kept), a fitting one stays
+    ``proposed`` until it is applied, cancelled or expires."""
+    plan, setting = read_plan(answer), read_requested_setting(answer)
+    fingerprint = answer.get("fingerprint")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise AgentError(f"the agent's plan answer has no fingerprint: {fingerprint!r}")
+    request = plan.detail.get("request")
+    proposal = store.record_proposal(
+        host,
+        setting,
+        plan,
+        proposed_by=proposed_by,
+        channel=channel,
+        expires_at=expires_at,
+        fingerprint=fingerprint,
+        requested=dict(request) if isinstance(request, Mapping) else {},
+        at=at,
+    )
+    if plan.verdict is Verdict.REFUSED:
+        store.record_outcome(proposal.revision_id, RevisionOutcome.REFUSED, at=at)
+    return proposal
+
+
+def record_agent_events(
+    store: Store, host: str, agent_operation_id: int, page: Mapping[str, Any]
+) -> int:
+    """Append the events of a ``GET /v1/operations/{id}`` page (``{"events": [...]}`` is enough)
+    to the recorded operation; returns how many were new (0 for an operation not recorded)."""
+    events = read_events(page)
+    stored = store.operation_by_agent_id(host, agent_operation_id)
+    if stored is None or not events:
+        return 0
+    return store.append_events(stored.id, events)
 
 
 def record_agent_operation(

@@ -1,0 +1,65 @@
+"""The usage line of each verb and the help text: the grammar as people read it.
+
+Shared by every front end (Slack shows them in a code span, the terminal as plain lines), so the
+grammar and its description cannot drift apart: ``tests/chat/test_grammar.py`` parses every
+example shown here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EXAMPLES", "HELP_LINES", "USAGE", "VERBS"]
+
+#: The verbs, in the order help lists them.
+VERBS: tuple[str, ...] = (
+    "help",
+    "status",
+    "resize",
+    "apply",
+    "cancel",
+    "restart",
+    "rollback",
+    "history",
+    "hosts",
+    "report",
+)
+
+USAGE: dict[str, str] = {
+    "help": "help | status [host] | resize ratio <R> [host] | resize size <GB> [host] | "
+    "apply <proposal> | cancel <proposal> | restart [host] | rollback [revision] [host] | "
+    "history [n] [host] | hosts | report [host] | report every <interval> | "
+    "report daily HH:MM | report off | report schedules",
+    "status": "status [host]",
+    "resize": "resize ratio <R> [host] | resize size <GB> [host]",
+    "apply": "apply <proposal>",
+    "cancel": "cancel <proposal>",
+    "restart": "restart [host]",
+    "rollback": "rollback [revision] [host]",
+    "history": "history [n] [host]",
+    "hosts": "hosts",
+    "report": "report [host] | report every <interval> | report daily HH:MM | report off | "
+    "report schedules",
+}
+
+#: (example, what it does), as help shows them.
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("status", "config, health, KV capacity, host RAM and GPUs of the default host"),
+    ("resize ratio 4", "propose host pool = 4 x device pool; shows the RAM it needs"),
+    ("resize size 48 kimi-02", "propose 48 GB per rank on host kimi-02"),
+    ("apply 12", "apply proposal #12 (allowed appliers only)"),
+    ("cancel 12", "withdraw proposal #12"),
+    ("restart", "restart with the current config, with progress"),
+    ("rollback", "return to the last config that became ready"),
+    ("rollback 7", "return to revision 7"),
+    ("history 5", "the last 5 revisions: who, when, outcome, GB per rank planned and logged"),
+    ("hosts", "the agents known and whether each answers"),
+    ("report", "the capacity report now"),
+    ("report every 6h", "a capacity report here every 6 hours"),
+    ("report daily 09:30", "a capacity report here every day at 09:30 UTC"),
+    ("report off", "stop this channel's scheduled reports"),
+    ("report schedules", "the scheduled reports"),
+)
+
+HELP_LINES: tuple[str, ...] = (
+    "Commands (a host name may end any command that takes [host]; without one, the default):",
+    *(f"  {example:<24} {what}" for example, what in EXAMPLES),
+)

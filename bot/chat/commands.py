@@ -1,0 +1,123 @@
+"""The commands of the ``/kimi`` language as typed, frozen values (what :func:`bot.chat.parse`
+returns and the core's handlers take)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "Apply",
+    "Cancel",
+    "Command",
+    "Help",
+    "History",
+    "Hosts",
+    "Report",
+    "ReportDaily",
+    "ReportEvery",
+    "ReportOff",
+    "ReportSchedules",
+    "Resize",
+    "Restart",
+    "Rollback",
+    "Status",
+]
+
+
+@dataclass(frozen=True)
+class Help:
+    """``help``: the grammar, with examples."""
+
+
+@dataclass(frozen=True)
+class Status:
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Resize:
+    """A HiCache change: exactly one of ``ratio`` and ``size_gb`` is set."""
+
+    ratio: float | None = None
+    size_gb: int | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Apply:
+    proposal_id: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    proposal_id: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """Return to ``revision`` (None: the last configuration that became ready)."""
+
+    revision: int | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    limit: int | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """``hosts``: every configured agent and whether it answers."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """``report [host]``: the capacity report now."""
+
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportEvery:
+    interval_s: int
+
+
+@dataclass(frozen=True)
+class ReportDaily:
+    hour: int
+    minute: int
+
+
+@dataclass(frozen=True)
+class ReportOff:
+    pass
+
+
+@dataclass(frozen=True)
+class ReportSchedules:
+    pass
+
+
+Command = (
+    Help
+    | Status
+    | Resize
+    | Apply
+    | Cancel
+    | Restart
+    | Rollback
+    | History
+    | Hosts
+    | Report
+    | ReportEvery
+    | ReportDaily
+    | ReportOff
+    | ReportSchedules
+)

@@ -1,0 +1,147 @@
+"""The core service: text from a person in, a reply to the front end out, watchers running.
+
+::
+
+    audit = StoreAudit(store, revisions_source(settings, os.environ))
+    core = build_core(settings, audit, front, environ=os.environ)
+    core.resume()                       # watch again what was running when the bot stopped
+    reply = core.handle("resize ratio 4", Actor("U1"))   # also handed to front.reply
+    core.close()
+
+A parse error never reaches an agent: :func:`bot.chat.grammar.parse` runs first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from bot.chat import handlers
+from bot.chat.agent_client import connect
+from bot.chat.audit import Audit, Watch
+from bot.chat.config import ChatSettings
+from bot.chat.grammar import (
+    Apply,
+    Cancel,
+    Help,
+    History,
+    Hosts,
+    Report,
+    ReportDaily,
+    ReportEvery,
+    ReportOff,
+    ReportSchedules,
+    Resize,
+    Restart,
+    Rollback,
+    Status,
+    UsageError,
+    parse,
+)
+from bot.chat.handlers import Context
+from bot.chat.policy import Actor, Policy
+from bot.chat.progress import ProgressView
+from bot.chat.replies import FrontEnd, Reply, UsageReply
+from bot.chat.watcher import Watcher, WatcherPool
+from bot.clock import Clock, SystemClock
+
+__all__ = ["ChatCore", "build_core"]
+
+_HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
+    Help: handlers.help_,
+    Status: handlers.status,
+    Hosts: handlers.hosts,
+    Resize: handlers.resize,
+    Apply: handlers.apply,
+    Cancel: handlers.cancel,
+    Restart: handlers.restart,
+    Rollback: handlers.rollback,
+    History: handlers.history,
+    Report: handlers.not_yet,
+    ReportEvery: handlers.not_yet,
+    ReportDaily: handlers.not_yet,
+    ReportOff: handlers.not_yet,
+    ReportSchedules: handlers.not_yet,
+}
+
+
+class ChatCore:
+    """Dispatches commands to handlers and owns the watchers; thread-safe."""
+
+    def __init__(self, context: Context, front: FrontEnd) -> None:
+        self.context = context
+        self.front = front
+
+    def handle(self, text: str, actor: Actor) -> Reply:
+        """Parse ``text`` and carry it out as ``actor``; the reply goes to the front end too."""
+        try:
+            command = parse(text, self.context.settings.host_names)
+        except UsageError as exc:
+            reply: Reply = UsageReply(exc.reason, exc.usage)
+        else:
+            reply = _HANDLERS[type(command)](self.context, actor, command)
+        self.front.reply(actor, reply)
+        return reply
+
+    def resume(self) -> list[Watch]:
+        """Watch again every operation the audit holds as unfinished (after a bot restart)."""
+        watches = [w for w in self.context.audit.unfinished() if w.host in self.context.clients]
+        for watch in watches:
+            self.context.watchers.ensure(watch)
+        return watches
+
+    def wait(self, watch: Watch, timeout_s: float | None = None) -> ProgressView | None:
+        """Block until ``watch``'s operation ends (or ``timeout_s``); its final view."""
+        # The operation may have ended already: its finished watcher holds the final view.
+        watcher = self.context.watchers.find(watch) or self.context.watchers.ensure(watch)
+        watcher.done.wait(timeout_s)
+        return watcher.final
+
+    def close(self) -> None:
+        self.context.watchers.stop_all()
+        for client in self.context.clients.values():
+            client.close()
+
+
+def build_core(
+    settings: ChatSettings,
+    audit: Audit,
+    front: FrontEnd,
+    environ: Mapping[str, str],
+    clock: Clock | None = None,
+    channel: str = "terminal",
+    transports: Mapping[str, httpx.BaseTransport] | None = None,
+    poll_wait_s: float = 20.0,
+    retry_s: float = 2.0,
+) -> ChatCore:
+    """The core with one agent client per configured host (tokens read from ``environ``)."""
+    the_clock = clock or SystemClock()
+    clients = {
+        host.name: connect(settings, host.name, environ, (transports or {}).get(host.name))
+        for host in settings.hosts
+    }
+
+    def make_watcher(watch: Watch) -> Watcher:
+        return Watcher(
+            watch,
+            clients[watch.host],
+            front,
+            audit,
+            the_clock,
+            settings.update_interval_s,
+            poll_wait_s=poll_wait_s,
+            retry_s=retry_s,
+        )
+
+    context = Context(
+        settings=settings,
+        policy=Policy(settings.policy),
+        audit=audit,
+        clients=clients,
+        clock=the_clock,
+        watchers=WatcherPool(make_watcher),
+        channel=channel,
+    )
+    return ChatCore(context, front)

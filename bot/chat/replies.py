@@ -1,0 +1,157 @@
+"""What the core hands a front end: typed replies to commands, and the :class:`FrontEnd` they go
+to. A front end lays these out in its own wording module; it decides nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from bot.chat.agent_views import AgentOperation, AgentPlan, AgentStatus
+from bot.chat.audit import HistoryEntry, Watch
+from bot.chat.policy import Actor, Refusal
+from bot.chat.progress import ProgressView
+
+__all__ = [
+    "CancelledReply",
+    "FrontEnd",
+    "HelpReply",
+    "HistoryReply",
+    "HostAnswer",
+    "HostsReply",
+    "NotYetReply",
+    "OperationReply",
+    "ProblemReply",
+    "ProposalReply",
+    "RefusalReply",
+    "Reply",
+    "StatusReply",
+    "UsageReply",
+]
+
+
+@dataclass(frozen=True)
+class HelpReply:
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UsageReply:
+    """The text was not a command: the reason and the verb's usage line."""
+
+    reason: str
+    usage: str
+
+
+@dataclass(frozen=True)
+class HostAnswer:
+    """One host's status, or why it did not answer (a silent host is listed, never dropped)."""
+
+    host: str
+    url: str
+    default: bool
+    status: AgentStatus | None
+    problem: str | None
+    since: datetime | None = None  # when it was first seen not answering
+
+
+@dataclass(frozen=True)
+class StatusReply:
+    hosts: tuple[HostAnswer, ...]
+
+
+@dataclass(frozen=True)
+class HostsReply:
+    hosts: tuple[HostAnswer, ...]
+
+
+@dataclass(frozen=True)
+class ProposalReply:
+    """A resize plan recorded as proposal ``id``; ``plan.fits`` False means no apply option."""
+
+    id: int
+    host: str
+    plan: AgentPlan
+    proposed_by: str
+    expires_at: datetime
+    current: str | None  # the host's setting now ("ratio 2 x device pool")
+
+
+@dataclass(frozen=True)
+class RefusalReply:
+    refusal: Refusal
+    text: str
+
+
+@dataclass(frozen=True)
+class ProblemReply:
+    """The command could not be carried out (an agent did not answer, refused a value, ...)."""
+
+    text: str
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class OperationReply:
+    """An operation started (or was found running) and is being watched."""
+
+    watch: Watch
+    operation: AgentOperation
+
+
+@dataclass(frozen=True)
+class CancelledReply:
+    proposal_id: int
+    by: str
+
+
+@dataclass(frozen=True)
+class HistoryReply:
+    host: str | None
+    entries: tuple[HistoryEntry, ...]
+
+
+@dataclass(frozen=True)
+class NotYetReply:
+    """A command of the grammar whose part of kimi-ops is not built yet (scheduled reports)."""
+
+    text: str
+
+
+Reply = (
+    HelpReply
+    | UsageReply
+    | StatusReply
+    | HostsReply
+    | ProposalReply
+    | RefusalReply
+    | ProblemReply
+    | OperationReply
+    | CancelledReply
+    | HistoryReply
+    | NotYetReply
+)
+
+
+class FrontEnd(Protocol):
+    """Where the core's views go: a Slack app, the terminal, a test's recorder.
+
+    Called from the core's threads (a watcher per operation): implementations must be
+    thread-safe.
+    """
+
+    def reply(self, actor: Actor, reply: Reply) -> None:
+        """The answer to ``actor``'s command."""
+        ...
+
+    def progress(self, watch: Watch, view: ProgressView) -> None:
+        """A new view of a watched operation (already throttled)."""
+        ...
+
+    def notify(self, people: tuple[str, ...], watch: Watch, view: ProgressView) -> None:
+        """Tell the people involved that ``watch`` became ready, failed, stalled or rolled back."""
+        ...
+
+    def unreachable(self, watch: Watch, since: datetime) -> None:
+        """The agent of a watched operation stopped answering at ``since``; watching goes on."""
+        ...

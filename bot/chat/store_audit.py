@@ -1,0 +1,247 @@
+"""The core's audit over :class:`bot.store.Store`, through the store's one agent mapping.
+
+What an agent answered (a plan, an operation page, its events) is recorded by
+:mod:`bot.store.from_agent`, as the demo and any importer record it; this module adds only what
+the bot itself decides: claims, cancels, expiries and refusals. An operation's revision carries
+the command line the agent wrote, so ``revisions`` (host -> the agent's ``GET /v1/revisions``
+answer) is asked whenever an operation is recorded or ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from bot.chat.agent_views import AgentEvent, AgentOperation, PlannedChange
+from bot.chat.audit import HistoryEntry, Watch
+from bot.chat.policy import ProposalState, ProposalTerms, Refusal
+from bot.chat.progress import ProgressView
+from bot.errors import InputError, NotFound, StoreError
+from bot.planner import Verdict
+from bot.store import (
+    ProposalRecord,
+    RevisionOutcome,
+    RevisionRecord,
+    Store,
+    record_agent_events,
+    record_agent_operation,
+    record_agent_proposal,
+)
+
+__all__ = ["RevisionsSource", "StoreAudit"]
+
+#: host -> the agent's ``GET /v1/revisions`` answer, as sent.
+RevisionsSource = Callable[[str], Mapping[str, Any]]
+
+_OPEN = {RevisionOutcome.PROPOSED, RevisionOutcome.REFUSED}
+
+
+class StoreAudit:
+    """:class:`~bot.chat.audit.Audit` over :class:`bot.store.Store`."""
+
+    def __init__(self, store: Store, revisions: RevisionsSource) -> None:
+        self.store = store
+        self._revisions = revisions
+        # One bot process applies from several threads (Slack's listener pool, the terminal):
+        # the store's transaction makes the claim atomic across processes, this lock within one.
+        self._claims = threading.Lock()
+
+    # -- proposals ---------------------------------------------------------------------------
+
+    def record_proposal(
+        self,
+        host: str,
+        proposed_by: str,
+        change: PlannedChange,
+        at: datetime,
+        expires_at: datetime,
+        channel: str,
+    ) -> ProposalTerms:
+        answer = {"plan": change.plan.raw, "fingerprint": change.fingerprint}
+        record = record_agent_proposal(
+            self.store,
+            host,
+            answer,
+            proposed_by=proposed_by,
+            channel=channel,
+            expires_at=expires_at,
+            at=at,
+        )
+        return self.proposal(record.id)
+
+    def proposal(self, proposal_id: int) -> ProposalTerms:
+        try:
+            record = self.store.proposal(proposal_id)
+        except (NotFound, InputError) as exc:
+            raise NotFound(f"there is no proposal #{proposal_id}") from exc
+        return _terms(record, self.store.revision(record.revision_id))
+
+    def claim_apply(self, proposal_id: int, actor: str, at: datetime) -> ProposalTerms:
+        with self._claims:
+            record = self.store.proposal(proposal_id)
+            revision = self.store.revision(record.revision_id)
+            if revision.outcome is RevisionOutcome.PROPOSED:
+                try:
+                    revision = self.store.record_apply(revision.id, actor, at=at)
+                except (StoreError, InputError):
+                    # Another process claimed it between the read and the write: read who did.
+                    revision = self.store.revision(record.revision_id)
+            return _terms(record, revision)
+
+    def settle_refused(self, proposal_id: int) -> None:
+        """The agent refused the claimed proposal at apply time: it ends refused."""
+        record = self.store.proposal(proposal_id)
+        self.store.record_outcome(record.revision_id, RevisionOutcome.REFUSED)
+
+    def settle_expired(self, proposal_id: int) -> None:
+        """An apply found the proposal expired or void: record it so (once)."""
+        record = self.store.proposal(proposal_id)
+        if self.store.revision(record.revision_id).outcome is RevisionOutcome.PROPOSED:
+            self.store.record_outcome(record.revision_id, RevisionOutcome.EXPIRED)
+
+    def cancel(self, proposal_id: int, actor: str, at: datetime) -> ProposalTerms:
+        record = self.store.proposal(proposal_id)
+        revision = self.store.revision(record.revision_id)
+        if revision.outcome is RevisionOutcome.PROPOSED:
+            revision = self.store.record_outcome(revision.id, RevisionOutcome.CANCELLED, at=at)
+        return _terms(record, revision)
+
+    def record_refusal(self, refusal: Refusal, text: str, at: datetime, channel: str) -> None:
+        revision_id = None
+        if refusal.proposal_id is not None:
+            revision_id = self.store.proposal(refusal.proposal_id).revision_id
+        self.store.record_refusal(
+            refusal.actor,
+            refusal.action.value,
+            f"{refusal.kind.value}: {text}",
+            host=refusal.host,
+            channel=channel,
+            revision_id=revision_id,
+            at=at,
+        )
+
+    # -- operations --------------------------------------------------------------------------
+
+    def record_operation(
+        self, watch: Watch, operation: AgentOperation, proposal_id: int | None, channel: str
+    ) -> None:
+        revision_id = None
+        if proposal_id is not None:
+            revision_id = self.store.proposal(proposal_id).revision_id
+        self._record(watch.host, operation, (), revision_id=revision_id, channel=channel)
+
+    def record_events(self, watch: Watch, events: Sequence[AgentEvent]) -> None:
+        page = {"events": [event.to_json() for event in events]}
+        record_agent_events(self.store, watch.host, watch.operation_id, page)
+
+    def finish(self, watch: Watch, operation: AgentOperation, view: ProgressView) -> None:
+        record = self.store.operation_by_agent_id(watch.host, watch.operation_id)
+        if record is None or record.finished_at is not None:
+            return  # unknown, or already recorded by an earlier watcher
+        # The events are stored already: the mapping reads the outcome from the final one.
+        self._record(watch.host, operation, ())
+
+    def _record(
+        self,
+        host: str,
+        operation: AgentOperation,
+        events: Sequence[AgentEvent],
+        *,
+        revision_id: int | None = None,
+        channel: str | None = None,
+    ) -> None:
+        page = {"operation": operation.raw, "events": [event.to_json() for event in events]}
+        revisions = {"revisions": []} if operation.revision is None else self._revisions(host)
+        record_agent_operation(
+            self.store, host, page, revisions, revision_id=revision_id, channel=channel
+        )
+
+    def unfinished(self) -> list[Watch]:
+        return [
+            Watch(
+                host=record.host,
+                operation_id=record.agent_operation_id,
+                title=f"{record.kind.value} {record.host}",
+                proposed_by=None,
+                applied_by=None,
+                last_seq=record.last_event_seq,
+            )
+            for record in self.store.unfinished_operations()
+        ]
+
+    def known(self, host: str, operation_id: int) -> bool:
+        return self.store.operation_by_agent_id(host, operation_id) is not None
+
+    def import_operation(
+        self, host: str, operation: AgentOperation, events: Sequence[AgentEvent]
+    ) -> Watch:
+        """Record an operation someone started without this bot (another bot, curl), so
+        ``history`` is complete: its revision applied by its actor, the operation, its events
+        and, once it has ended, its outcome."""
+        self._record(host, operation, events)
+        plan = operation.plan
+        return Watch(
+            host=host,
+            operation_id=operation.id,
+            title=f"{operation.kind.value.capitalize()} {host} (by {operation.actor})",
+            proposed_by=None,
+            applied_by=operation.actor,
+            last_seq=events[-1].seq if events else 0,
+            planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
+        )
+
+    def history(self, host: str | None, limit: int) -> list[HistoryEntry]:
+        return [_entry(record) for record in self.store.history(host, limit)]
+
+
+def _terms(record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
+    outcome = revision.outcome
+    if outcome in _OPEN:
+        state, by, at = ProposalState.OPEN, None, None
+    elif outcome is RevisionOutcome.CANCELLED:
+        state, by, at = ProposalState.CANCELLED, revision.applied_by, revision.finished_at
+    elif outcome is RevisionOutcome.EXPIRED:
+        state, by, at = ProposalState.EXPIRED, None, revision.finished_at
+    else:
+        state, by, at = ProposalState.APPLIED, revision.applied_by, revision.applied_at
+    return ProposalTerms(
+        id=record.id,
+        host=revision.host,
+        proposed_by=revision.proposed_by or "",
+        created_at=record.created_at,
+        fits=revision.plan.verdict is Verdict.FITS and outcome is not RevisionOutcome.REFUSED,
+        reason=revision.plan.reason,
+        state=state,
+        settled_by=by,
+        settled_at=at,
+        ratio=revision.settings.ratio,
+        size_gb=revision.settings.size_gb,
+        fingerprint=record.fingerprint,
+    )
+
+
+def _entry(record: RevisionRecord) -> HistoryEntry:
+    settings = record.settings
+    setting = (
+        f"size {settings.size_gb} GB/rank"
+        if settings.size_gb
+        else f"ratio {settings.ratio:g}"
+        if settings.ratio is not None
+        else "(as configured)"
+    )
+    return HistoryEntry(
+        id=record.id,
+        host=record.host,
+        setting=setting,
+        proposed_by=record.proposed_by,
+        applied_by=record.applied_by,
+        proposed_at=record.proposed_at,
+        outcome=record.outcome.value,
+        planned_gb_per_rank=record.plan.per_rank_gb,
+        logged_gb_per_rank=record.host_gb_per_rank,
+        startup_s=record.startup_seconds,
+        device_tokens=record.device_tokens,
+        failure_kind=record.failure_kind,
+    )

@@ -1,0 +1,33 @@
+"""Everything the demo itself prints; the replies and progress are the terminal front end's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["failed_step", "interactive", "passed", "starting", "typed"]
+
+
+def starting(root: Path) -> str:
+    return (
+        f"kimi-ops demo in {root} (simulated host kimi-01: 449 GB RAM, 8 x 96 GiB GPUs, TP 8)\n"
+        "ana and ben may apply; a proposal needs a second person to apply it."
+    )
+
+
+def typed(user: str, text: str) -> str:
+    return f"\n{user}@kimi> {text}"
+
+
+def failed_step(user: str, text: str, problem: str) -> str:
+    return f"demo step failed: {user}: {text!r}: {problem}"
+
+
+def passed(steps: int) -> str:
+    return f"\ndemo: all {steps} steps did what they should."
+
+
+def interactive(user: str) -> str:
+    return (
+        f"\nYour turn, as {user} on the simulated host (try: status, resize ratio 3, history, "
+        "help; quit or Ctrl-D ends the demo)."
+    )
