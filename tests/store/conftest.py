@@ -120,7 +120,7 @@ def pg_cluster() -> Iterator[PgCluster]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database: a SQLite file, or a new database in the session's PostgreSQL cluster."""
     if request.param == "sqlite":

@@ -25,6 +25,7 @@ WRITES = 500
 T0 = datetime(2026, 2, 24, 12, tzinfo=UTC)
 
 
+@pytest.mark.slow
 def test_eight_threads_writing_one_sqlite_file_lose_nothing(tmp_path: Path) -> None:
     """A scheduler thread and seven command threads, 500 writes each: no lock error, no lost row."""
     url = f"sqlite:///{tmp_path / 'kimi-ops.db'}"
