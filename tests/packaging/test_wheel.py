@@ -74,13 +74,12 @@ def _expected_packaged_files() -> set[str]:
 
 def _head_revision_of_checkout() -> str:
     """The newest migration, read from the scripts' text: the one no other revision follows."""
-    revisions, parents = set(), set()
+    revisions: set[str] = set()
+    parents: set[str] = set()
     for script in (CHECKOUT / "migrations" / "versions").glob("*.py"):
         text = script.read_text()
-        revisions.add(re.search(r'^revision: str = "(\w+)"', text, re.M).group(1))  # type: ignore[union-attr]
-        parent = re.search(r'^down_revision: .* = "(\w+)"', text, re.M)
-        if parent:
-            parents.add(parent.group(1))
+        revisions.update(re.findall(r'^revision: str = "(\w+)"', text, re.M))
+        parents.update(re.findall(r'^down_revision: .* = "(\w+)"', text, re.M))
     (head,) = revisions - parents
     return head
 
