@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.kimi-ops-installed
 
 .PHONY: demo test test-fast test-real lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -15,6 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from bot import DISTRIBUTION, __version__
 from bot.errors import InputError, KimiOpsError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kimi-ops",
         description="Plan, apply, watch and audit SGLang HiCache resizes.",
     )
+    parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
@@ -46,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not args_list or args_list[0] not in COMMANDS:
-        # Let argparse print the usage and the list of commands (exit 2, or 0 for --help).
+        # Let argparse print the usage and the list of commands (exit 2), the help or the
+        # version (exit 0).
         parser.parse_args(args_list)
         return 2
     name = args_list[0]

@@ -1,11 +1,11 @@
 """Schema migrations, driven from code so ``kimi-ops db`` and the bot work from any directory.
 
-Alembic is configured here (no ``alembic.ini``): the scripts live in ``migrations/`` beside the
-``bot`` package, and the connection is handed to ``migrations/env.py`` through
-``Config.attributes``. Each run is one transaction. On SQLite it runs with foreign keys OFF
-(a batch migration re-creates tables, and with foreign keys ON the drop would delete child rows
-through ON DELETE CASCADE) and ends with ``PRAGMA foreign_key_check``: any dangling reference
-aborts the run and rolls everything back.
+Alembic is configured here (no ``alembic.ini``): the scripts are found by :func:`find_migrations`
+(inside the installed package, or beside it in a source tree), and the connection is handed to
+their ``env.py`` through ``Config.attributes``. Each run is one transaction. On SQLite it runs
+with foreign keys OFF (a batch migration re-creates tables, and with foreign keys ON the drop
+would delete child rows through ON DELETE CASCADE) and ends with ``PRAGMA foreign_key_check``:
+any dangling reference aborts the run and rolls everything back.
 """
 
 from __future__ import annotations
@@ -32,13 +32,50 @@ __all__ = [
     "current_revision",
     "downgrade",
     "ensure_at_head",
+    "find_migrations",
     "head_revision",
     "include_name",
+    "migration_locations",
     "upgrade",
     "upgrade_to_head",
 ]
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+def migration_locations(package_dir: Path) -> tuple[Path, Path]:
+    """Where the scripts may be, in the order they are tried, for the ``bot`` package at
+    ``package_dir``: inside it (a wheel ships ``migrations/`` as ``bot/migrations``), then beside
+    it (a source tree, where an editable install maps ``bot.migrations`` without copying)."""
+    return package_dir / "migrations", package_dir.parent / "migrations"
+
+
+def find_migrations(package_dir: Path) -> Path:
+    """The first of :func:`migration_locations` that holds ``env.py``.
+
+    Raises :class:`MigrationError` naming every place it looked when none does.
+    """
+    locations = migration_locations(package_dir)
+    found = _first_with_env(locations)
+    if found is not None:
+        return found
+    looked = " and ".join(str(location) for location in locations)
+    raise MigrationError(
+        f"the migration scripts are not in {looked}; reinstall kimi-ops (a wheel ships them as "
+        "bot/migrations, a source checkout keeps them in migrations/ beside bot/)"
+    )
+
+
+def _first_with_env(locations: tuple[Path, ...]) -> Path | None:
+    return next((place for place in locations if (place / "env.py").is_file()), None)
+
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+# Where this install's scripts are. When there are none, the place a wheel puts them, so importing
+# this module never fails: every command that needs them goes through find_migrations and stops
+# there with the places it looked.
+MIGRATIONS_DIR = (
+    _first_with_env(migration_locations(_PACKAGE_DIR)) or migration_locations(_PACKAGE_DIR)[0]
+)
 
 # Tables that share the database but are not ours: APScheduler's job store.
 FOREIGN_TABLES = frozenset({"apscheduler_jobs"})
@@ -50,13 +87,8 @@ def include_name(name: str | None, type_: str, parent_names: object) -> bool:
 
 
 def _config(connection: Connection | None = None) -> Config:
-    if not (MIGRATIONS_DIR / "env.py").is_file():
-        raise MigrationError(
-            f"the migration scripts are not at {MIGRATIONS_DIR}; install kimi-ops from its source "
-            "tree (pip install -e .) so migrations/ sits beside the bot package"
-        )
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(find_migrations(_PACKAGE_DIR)))
     config.attributes["connection"] = connection
     return config
 
@@ -65,7 +97,8 @@ def head_revision() -> str:
     """The newest migration this code knows."""
     head = ScriptDirectory.from_config(_config()).get_current_head()
     if head is None:  # pragma: no cover - the first revision ships with the code
-        raise MigrationError(f"no migration scripts in {MIGRATIONS_DIR / 'versions'}")
+        where = find_migrations(_PACKAGE_DIR) / "versions"
+        raise MigrationError(f"no migration scripts in {where}")
     return head
 
 
