@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from bot.settings import Secret
+from bot.sim import model_dir
 from bot.vocab import FINAL_OPERATION_STATES, OperationState
 
 PYTHON = sys.executable
@@ -66,7 +67,7 @@ def write_agent_config(root: Path, host: SimHost) -> Path:
     ranks = "8" if host.profile == KIMI else "2"
     sim_state = root / "sim-host"
     command = [
-        *(PYTHON, "-m", "bot.sim", "--model-path", "/models/kimi-k2.5"),
+        *(PYTHON, "-m", "bot.sim", "--model-path", str(model_dir(host.profile))),
         *("--tp", ranks, "--port", str(port), *host.hicache),
     ]
     keys: dict[str, Any] = {

@@ -15,9 +15,11 @@ import pytest
 
 from tests.chat.conftest import TOKEN, TOKEN_ENV, RunningAgent, SimHost, agent_on_sim
 
-# The field notes' figures (README): ratio 4 on the 8-GPU host: 637,097 host tokens per rank,
-# 44.75 GB planned, 44.77 GB as SGLang logs it; size 300 needs 8 x 300 = 2,400 GB.
+# The field notes' figures: ratio 4 on the 8-GPU host: 637,097 host tokens per rank; with the
+# model's config (MLA: (512 + 64) x 61 layers x 2 bytes = 70,272 B/token) planned exactly as SGLang
+# logs it, 44.77 GB; size 300 needs 8 x 300 = 2,400 GB.
 HOST_TOKENS = 159_274 * 4 + 1
+HOST_GB = f"{HOST_TOKENS * (512 + 64) * 61 * 2 / 1e9:.2f}"
 
 
 @dataclass
@@ -65,7 +67,7 @@ def test_a_whole_resize_from_the_terminal(chat: Chat) -> None:
     head = r"Proposal #(\d+) for kimi-01: hicache ratio 2 x device pool -> ratio 4"
     match = re.search(head, proposed.stdout)
     assert match, proposed.stdout
-    assert f"{HOST_TOKENS:,} tokens  44.75 GB" in proposed.stdout
+    assert f"{HOST_TOKENS:,} tokens  {HOST_GB} GB" in proposed.stdout
     assert f"apply with: kimi-ops chat apply {match.group(1)}" in proposed.stdout
 
     applied = chat("--as", "ana", "apply", match.group(1))
@@ -78,13 +80,13 @@ def test_a_whole_resize_from_the_terminal(chat: Chat) -> None:
     assert percents == sorted(percents)
     assert "@ben @ana: Resize kimi-01: hicache ratio 4 is ready" in lines
     assert lines[-1].startswith(f"READY kimi-01: 159,274 device tokens/rank; host {HOST_TOKENS:,}")
-    assert "44.77 GB per rank (planned 44.75) x 8" in lines[-1]
+    assert f"{HOST_GB} GB per rank (planned {HOST_GB}) x 8" in lines[-1]
 
     history = chat("--as", "ben", "history", "1")
     assert history.returncode == 0
     row = history.stdout.splitlines()[1].split()
     assert row[1:7] == ["kimi-01", "ratio", "4", "ready", "ben", "ana"]
-    assert row[7:9] == ["44.75", "44.77"]
+    assert row[7:9] == [HOST_GB, HOST_GB]
 
 
 @pytest.mark.slow
