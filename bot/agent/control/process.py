@@ -274,6 +274,24 @@ class ProcessControl:
         status = final.exit_status if final else None
         return StopResult(how, self._clock.monotonic() - began, status)
 
+    def kill(self) -> StopResult:
+        began = self._clock.monotonic()
+        run = self._load_run()
+        if run is None or run.pid is None or not self._alive(run):
+            return StopResult("not_running", 0.0, run.exit_status if run else None)
+        run.stop_requested = True
+        self._save_run(run)
+        self._signal(run.pid, signal.SIGKILL)  # the group: every rank, not only the parent
+        if not self._wait_gone(run, _KILL_WAIT_S):
+            raise BackendError(
+                f"server pid {run.pid} survived SIGKILL for {_KILL_WAIT_S:.0f} s "
+                "(stuck in the kernel?); check it with ps before starting again"
+            )
+        final = self._load_run()
+        return StopResult(
+            "killed", self._clock.monotonic() - began, final.exit_status if final else None
+        )
+
     def release(self) -> None:
         """Collect the exit status of a child this instance started and another stopped, so
         no ``Popen`` is garbage-collected while it still counts as running."""
