@@ -179,6 +179,31 @@ def test_stop_signals_the_whole_process_group(tmp_path: Path) -> None:
     wait_until(child_gone)
 
 
+@pytest.mark.slow
+def test_kill_sigkills_the_whole_group_without_a_grace(tmp_path: Path) -> None:
+    """kill() ends a server that would ignore SIGTERM, and its child, by SIGKILL at once:
+    killed, -9, the child gone too; a second kill finds nothing running."""
+    control = _control(tmp_path, STUBBORN.replace("print(", "import subprocess; "
+                       "child = subprocess.Popen(['sleep', '60']); print(child.pid, "))  # fmt: skip
+    log = control.open_log()
+    control.start("test:1")
+    text = ""
+
+    def started() -> bool:
+        nonlocal text
+        text += log.read_new()
+        return "ignoring" in text
+
+    wait_until(started)
+    child_pid = int(text.split()[0])
+    result = control.kill()
+    assert (result.how, result.exit_status) == ("killed", -9)
+    assert not control.status().running
+    wait_until(lambda: not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status()
+               == psutil.STATUS_ZOMBIE)  # fmt: skip
+    assert control.kill().how == "not_running"
+
+
 def test_stop_when_not_running(tmp_path: Path) -> None:
     """Stopping a server that never ran reports not_running."""
     assert _control(tmp_path, SERVE).stop(grace_s=1).how == "not_running"

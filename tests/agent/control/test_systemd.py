@@ -194,6 +194,30 @@ def test_stubborn_server_is_killed_after_the_grace(systemd: SystemdControl) -> N
 
 
 @pytest.mark.slow
+def test_kill_sends_sigkill_to_the_unit_without_a_stop(systemd: SystemdControl) -> None:
+    """kill() is ``systemctl kill --signal=SIGKILL`` on the unit, no ``stop`` (no grace): a
+    server ignoring SIGTERM is gone, killed by signal 9."""
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', flush=True); time.sleep(60)"
+    )
+    systemd.write_command([sys.executable, "-c", code])
+    log = systemd.open_log()
+    systemd.start("test:1")
+    try:
+        wait_until(lambda: "up" in log.read_new())
+    finally:
+        log.close()
+    before = len(_calls(systemd))
+    result = systemd.kill()
+    assert result.how == "killed"
+    assert not systemd.status().running
+    calls = _calls(systemd)[before:]
+    assert f"kill --signal=SIGKILL {UNIT}" in calls
+    assert not any(call.startswith("stop") for call in calls)
+
+
+@pytest.mark.slow
 def test_start_while_running_is_refused(systemd: SystemdControl) -> None:
     """Starting a running unit fails and names its pid."""
     systemd.write_command([sys.executable, "-c", "import time; time.sleep(60)"])
