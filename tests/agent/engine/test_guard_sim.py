@@ -157,3 +157,30 @@ def test_the_watchdog_stops_a_start_when_another_process_eats_the_ram(
     assert "the rollback failed too" in events[-1].message
     assert events[-1].data["cause"]["kind"] == "host_ram_floor"
     assert not harness.parts()[0].status().running
+
+
+def test_with_the_guard_off_the_same_start_pins_until_the_host_runs_out(
+    harness_factory: Callable[..., Harness], host_watch: HostWatch
+) -> None:
+    """``guard = false``: the plan says the start is not guarded, and the same twice-sized
+    pool pins on until the host's RAM is gone (the simulated kernel kills it), far below the
+    floor the guard keeps: what the guard prevents."""
+    harness = harness_factory(
+        sim_command(free_port(), *NO_HICACHE),
+        extra_env={"KIMI_SIM_FAIL": "host_pool_x:2,slow_pin:10"},
+        guard=False,
+    )
+    harness.start_server()
+    manager = harness.manager()
+    op = manager.submit("resize", actor="ana", ratio=3)
+    assert op.plan is not None
+    assert any("startup guard off" in note for note in op.plan["notes"])
+    final = wait_final(manager, op.id)
+    assert final.failure is not None
+    assert final.failure["kind"] != "host_pool_over_budget"
+    assert host_watch.lowest_available < RESERVE
+    pinned = host_watch.most_held - SERVER_RAM
+    print(
+        f"no guard: pinned {pinned / 1e9:.1f} GB of {RANKS * pool_gb(3, 2):.1f} GB before the "
+        f"kernel's kill; lowest available {host_watch.lowest_available / 1e9:.1f} GB"
+    )
