@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from bot.agent.control.process import STATE_DIR_ENV, ProcessControl
-from bot.agent.control.protocol import MARKER_ENV, ServerControl
+from bot.agent.control.protocol import MARKER_ENV, LogSource, ServerControl
 from bot.clock import SystemClock
 from bot.errors import BackendError
 from bot.vocab import ServerState
@@ -187,21 +187,26 @@ def test_kill_sigkills_the_whole_group_without_a_grace(tmp_path: Path) -> None:
                        "child = subprocess.Popen(['sleep', '60']); print(child.pid, "))  # fmt: skip
     log = control.open_log()
     control.start("test:1")
-    text = ""
-
-    def started() -> bool:
-        nonlocal text
-        text += log.read_new()
-        return "ignoring" in text
-
-    wait_until(started)
-    child_pid = int(text.split()[0])
+    child_pid = int(_read_until(log, "ignoring").split()[0])
     result = control.kill()
     assert (result.how, result.exit_status) == ("killed", -9)
     assert not control.status().running
     wait_until(lambda: not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status()
                == psutil.STATUS_ZOMBIE)  # fmt: skip
     assert control.kill().how == "not_running"
+
+
+def _read_until(log: LogSource, marker: str) -> str:
+    """The log's text read until ``marker`` shows in it."""
+    text = ""
+
+    def seen() -> bool:
+        nonlocal text
+        text += log.read_new()
+        return marker in text
+
+    wait_until(seen)
+    return text
 
 
 def test_stop_when_not_running(tmp_path: Path) -> None:
