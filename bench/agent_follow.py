@@ -251,6 +251,9 @@ class _WriterControl:
             return StopResult("killed", 0.0, -9)
         return StopResult("not_running", 0.0)
 
+    def kill(self) -> StopResult:
+        return self.stop(0.0)
+
     def status(self) -> ServerProcessState:
         if self.child is not None and self.child.poll() is None:
             return ServerProcessState(ServerState.RUNNING, self.child.pid, None, self.started_at)

@@ -24,13 +24,17 @@ from bot.errors import ConfigError
 from bot.settings import Secret, Section, load_config, secret_from_env
 
 __all__ = [
+    "DEFAULT_GUARD_FLOOR_GB",
     "DEFAULT_SIM_PROFILE",
     "AgentSettings",
+    "GuardSettings",
     "agent_settings_from_config",
     "load_agent_settings",
 ]
 
 DEFAULT_SIM_PROFILE = "kimi-k25-8gpu"
+#: SGLang's own host reserve, 10 GiB, in GB (1e9): the RAM a start must never eat into.
+DEFAULT_GUARD_FLOOR_GB = 10 * 1024**3 / 1e9
 
 _KNOWN_KEYS = (
     "listen",
@@ -53,9 +57,25 @@ _KNOWN_KEYS = (
     "stall_after_s",
     "hard_ceiling_s",
     "poll_interval_s",
+    "guard",
+    "guard_interval_s",
+    "guard_floor_gb",
     "host_name",
     "env",
 )
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """The startup guard: on or off, how often it samples host RAM, and the RAM floor."""
+
+    enabled: bool = True
+    interval_s: float = 0.5
+    floor_gb: float = DEFAULT_GUARD_FLOOR_GB
+
+    @property
+    def floor_bytes(self) -> float:
+        return self.floor_gb * 1e9
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,7 @@ class AgentSettings:
     stall_after_s: float = 300.0
     hard_ceiling_s: float = 3600.0
     poll_interval_s: float = 1.0
+    guard: GuardSettings = field(default_factory=GuardSettings)
     host_name: str = "localhost"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -140,6 +161,11 @@ def agent_settings_from_config(
         stall_after_s=_positive(section, "stall_after_s", 300.0),
         hard_ceiling_s=_positive(section, "hard_ceiling_s", 3600.0),
         poll_interval_s=_positive(section, "poll_interval_s", 1.0),
+        guard=GuardSettings(
+            enabled=section.flag("guard", True),
+            interval_s=_positive(section, "guard_interval_s", 0.5),
+            floor_gb=section.number("guard_floor_gb", DEFAULT_GUARD_FLOOR_GB, minimum=0.0),
+        ),
         host_name=section.text("host_name", socket.gethostname()),
         env=MappingProxyType(env),
     )

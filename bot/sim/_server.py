@@ -49,6 +49,10 @@ class Rank:
     prefix: str
 
 
+# The pin's progress is recorded in this many steps: the shared state shows RAM falling.
+_PIN_STEPS = 20
+
+
 def capture_sizes(count: int) -> list[int]:
     """SGLang's default decode batch sizes for CUDA graphs (52 on a large GPU)."""
     sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 513, 16)]
@@ -105,6 +109,7 @@ class Simulation:
                 args.hicache_ratio,
                 args.hicache_size,
                 args.page_size,
+                factor=settings.failures.host_pool_x,
             )
         self.chunked = args.chunked_prefill_size or self.p.chunked_prefill_size
         self.max_running = args.max_running_requests or self.p.max_running_requests
@@ -387,8 +392,6 @@ class Simulation:
             self.log.line(_lines.SIGQUIT)
             self.kill_tree(release=True)
         self.each_rank(lambda r: _lines.allocating_host(new, pool.tokens, pool.gb))
-        self.host_bytes += pool.bytes * len(self.ranks)
-        self.store.update(self.pid, host_bytes=self.host_bytes)
         pinned = pool.bytes
         for name, per_token in self.p.host_extra_pools:
             # A DSA indexer holds the KV host pool's tokens: allocated after it, RAM all the same.
@@ -401,16 +404,25 @@ class Simulation:
                 self.kill_tree(release=True)
             line = _lines.allocating_host_extra(name, extra / 1e9)
             self.each_line(line)
-            self.host_bytes += extra * len(self.ranks)
-            self.store.update(self.pid, host_bytes=self.host_bytes)
             pinned += extra
-        held = others + self.host_bytes
-        pin_s = pinned / 1e9 / self.p.pin_gb_per_s * self.s.failures.slow_pin
-        if held > self.p.ram_available_bytes:
-            # The ranks pin at once; about when RAM runs out, the kernel OOM killer strikes.
-            self.sleep(pin_s * self.p.ram_available_bytes / held)
-            self._oom_killed()
-        self.sleep(pin_s)
+        self._pin(pinned * len(self.ranks), pinned / 1e9 / self.p.pin_gb_per_s)
+
+    def _pin(self, total_bytes: int, pin_s: float) -> None:
+        """The ranks pin at once, so the host's RAM falls in step with the pin (recorded in
+        ``_PIN_STEPS`` steps); when it runs out, the kernel OOM killer strikes."""
+        pin_s *= self.s.failures.slow_pin
+        base = self.host_bytes
+        for step in range(1, _PIN_STEPS + 1):
+            self.sleep(pin_s / _PIN_STEPS)
+            self.host_bytes = base + total_bytes * step // _PIN_STEPS
+            self.store.update(self.pid, host_bytes=self.host_bytes)
+            others = sum(
+                s.host_bytes
+                for s in read_host_state(self.p, self.s.state_dir).servers
+                if s.pid != self.pid
+            )
+            if others + self.host_bytes > self.p.ram_available_bytes:
+                self._oom_killed()
 
     def _oom_killed(self) -> NoReturn:
         victim = self.ranks[-1]

@@ -23,7 +23,14 @@ __all__ = [
 DEFAULT_PROFILE = "kimi-k25-8gpu"
 #: SGLang versions whose log dialect and memory rules the simulator reproduces.
 VERSIONS = ("0.5.9", "0.5.23")
-FAIL_MODES = ("crash_loading", "gpu_oom_graph", "stall:<phase>", "slow_pin:<factor>", "health_flap")
+FAIL_MODES = (
+    "crash_loading",
+    "gpu_oom_graph",
+    "stall:<phase>",
+    "slow_pin:<factor>",
+    "host_pool_x:<factor>",
+    "health_flap",
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,9 @@ class Failures:
     gpu_oom_graph: bool = False
     stall_after: str | None = None
     slow_pin: float = 1.0
+    # SGLang sizes the host pool this many times its rule's figure (as a version with another
+    # rule would) and logs the real figure: what the agent's guard must catch.
+    host_pool_x: float = 1.0
     health_flap: bool = False
 
 
@@ -92,7 +102,8 @@ def load_settings(environ: Mapping[str, str]) -> SimSettings:
 
 
 def parse_failures(text: str) -> Failures:
-    """Parse ``KIMI_SIM_FAIL``, e.g. ``stall:load_weights`` or ``slow_pin:3,health_flap``."""
+    """Parse ``KIMI_SIM_FAIL``, e.g. ``stall:load_weights``, ``slow_pin:3,health_flap`` or
+    ``host_pool_x:2``."""
     values: dict[str, object] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -104,11 +115,11 @@ def parse_failures(text: str) -> Failures:
             values["stall_after"] = arg
         elif name == "stall":
             raise SimError(f"KIMI_SIM_FAIL {item!r}: stall takes a phase, one of {PHASES}")
-        elif name == "slow_pin":
-            factor = _number(arg, "KIMI_SIM_FAIL slow_pin", "a factor such as slow_pin:3")
+        elif name in ("slow_pin", "host_pool_x"):
+            factor = _number(arg, f"KIMI_SIM_FAIL {name}", f"a factor such as {name}:3")
             if factor <= 0:
-                raise SimError(f"KIMI_SIM_FAIL {item!r}: the slow_pin factor must be > 0")
-            values["slow_pin"] = factor
+                raise SimError(f"KIMI_SIM_FAIL {item!r}: the {name} factor must be > 0")
+            values[name] = factor
         else:
             raise SimError(f"KIMI_SIM_FAIL {item!r} is not a failure mode; use {FAIL_MODES}")
     return Failures(**values)  # type: ignore[arg-type]

@@ -24,9 +24,16 @@ class HostPool:
 
 
 def host_pool(
-    device_tokens: int, size_per_token: int, ratio: float, size_gb: int, page_size: int
+    device_tokens: int,
+    size_per_token: int,
+    ratio: float,
+    size_gb: int,
+    page_size: int,
+    factor: float = 1.0,
 ) -> HostPool:
     """Per-rank host pool: size (GB, 1e9) wins over ratio; then one extra page, always.
+    ``factor`` (``KIMI_SIM_FAIL=host_pool_x``) scales the pages, as a version sizing the pool by
+    another rule would.
 
     >>> host_pool(159274, 70272, 4.0, 0, 1).bytes / 1e9
     44.770080384
@@ -37,7 +44,7 @@ def host_pool(
         tokens = int(size_gb * 1e9 // size_per_token)
     else:
         tokens = int(device_tokens * ratio)
-    pages = tokens // page_size + 1
+    pages = int((tokens // page_size + 1) * factor)
     tokens = pages * page_size
     return HostPool(tokens=tokens, bytes=tokens * size_per_token)
 

@@ -1,9 +1,10 @@
-"""``python -m bot.sim.stray --gpus 0,1 [--gib 20]``: a leftover SGLang scheduler.
+"""``python -m bot.sim.stray --gpus 0,1 [--gib 20] [--ram-gb 0]``: a leftover SGLang scheduler,
+or (``--ram-gb`` alone) another process on the host eating its RAM.
 
 It registers itself in the simulated host's state as a compute process holding ``--gib`` GiB on
 each listed GPU (as orphaned ``sglang::scheduler_TP*`` processes do: docs/sglang.md, Failure
-and teardown), names itself ``sglang::scheduler_TP0`` where the OS allows it, and sleeps until
-killed. Its memory is freed when it exits (a stray holds no pinned host pool).
+and teardown) and ``--ram-gb`` GB of host RAM, names itself ``sglang::scheduler_TP0`` where the
+OS allows it, and sleeps until killed. Its memory is freed when it exits.
 """
 
 from __future__ import annotations
@@ -49,19 +50,23 @@ def _set_process_name(name: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bot.sim.stray", description=__doc__)
-    parser.add_argument("--gpus", type=_gpu_list, required=True, help="GPU indexes, e.g. 0,1")
+    parser.add_argument("--gpus", type=_gpu_list, default=[], help="GPU indexes, e.g. 0,1")
     parser.add_argument("--gib", type=float, default=20.0, help="GiB held on each GPU")
+    parser.add_argument("--ram-gb", type=float, default=0.0, help="host RAM held, GB (1e9)")
     args = parser.parse_args(argv)
+    if not args.gpus and args.ram_gb <= 0:
+        parser.error("give --gpus to hold GPU memory, --ram-gb to hold host RAM, or both")
     try:
         settings = load_settings(os.environ)
     except SimError as exc:
         print(f"bot.sim.stray: {exc}", file=sys.stderr)
         return 2
     bad = [g for g in args.gpus if g >= settings.profile.gpu_count]
-    if bad or args.gib <= 0:
+    if bad or args.gib <= 0 or args.ram_gb < 0:
         print(
             f"bot.sim.stray: GPUs {bad} do not exist on {settings.profile.name} "
-            f"({settings.profile.gpu_count} GPUs), or --gib {args.gib} is not > 0",
+            f"({settings.profile.gpu_count} GPUs), or --gib {args.gib} is not > 0, or "
+            f"--ram-gb {args.ram_gb} is negative",
             file=sys.stderr,
         )
         return 2
@@ -75,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "kind": "stray",
             "name": PROCESS_NAME,
             "gpu_names": {},
-            "host_bytes": 0,
+            "host_bytes": int(args.ram_gb * 1e9),
             "gpu_bytes": {str(g): int(args.gib * GIB) for g in args.gpus},
             "started_at": time.time(),
             "release_after_s": 0.0,
@@ -84,7 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    print(f"{PROCESS_NAME} (pid {pid}) holds {args.gib:g} GiB on GPUs {args.gpus}", flush=True)
+    print(
+        f"{PROCESS_NAME} (pid {pid}) holds {args.gib:g} GiB on GPUs {args.gpus} and "
+        f"{args.ram_gb:g} GB of host RAM",
+        flush=True,
+    )
     while not stop.wait(0.5):
         store.update(pid)
     store.release(pid)

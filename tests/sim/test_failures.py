@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from bot.sim import load_profile, read_host_state
 from tests.sim.conftest import Sim
 
 READY = "The server is fired up and ready to roll!"
@@ -218,3 +220,27 @@ def test_0_5_9_refuses_a_host_pool_smaller_than_the_device_pool(
         "AssertionError: The host memory should be larger than the device memory with the "
         "current protocol"
     ) in sim.stdout()
+
+
+@pytest.mark.slow
+def test_host_pool_x_allocates_factor_times_the_rule_and_pins_step_by_step(
+    run_sim: Callable[..., Sim], sim_env: dict[str, str]
+) -> None:
+    """host_pool_x:2 logs twice SGLang's pool (ratio 2 x 200,000 device tokens + one page,
+    doubled: 800,002 tokens x 35,136 B = 28.11 GB per rank) and the shared state's RAM falls
+    while the pin proceeds, not all at once."""
+    rule_tokens = 200_000 * 2 + 1
+    gb = 2 * rule_tokens * 35_136 / 1e9
+    sim = run_sim(ARGS, dict(sim_env, KIMI_SIM_FAIL="host_pool_x:2,slow_pin:20"))
+    sim.wait_for(f"Allocating {gb:.2f} GB host memory for hierarchical KV cache.")
+    profile = load_profile("small-2gpu")
+    base = int((1.0 + 2 * 2.0) * 1e9)  # the profile's server RAM: main + 2 ranks
+    held: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(held) < 3 and time.monotonic() < deadline and sim.proc.poll() is None:
+        for server in read_host_state(profile, Path(sim_env["KIMI_SIM_STATE_DIR"])).servers:
+            held.add(server.host_bytes)
+        time.sleep(0.02)
+    pinning = sorted(h for h in held if base < h < base + 2 * gb * 1e9)
+    assert len(pinning) >= 2, held
+    sim.terminate()

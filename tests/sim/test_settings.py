@@ -31,10 +31,11 @@ def test_state_dir_default_and_override(tmp_path: Path) -> None:
 def test_failure_modes_parse() -> None:
     """Several failure modes can be combined with commas."""
     failures = load_settings(
-        {"KIMI_SIM_FAIL": "stall:load_weights, slow_pin:3,health_flap"}
+        {"KIMI_SIM_FAIL": "stall:load_weights, slow_pin:3,health_flap,host_pool_x:2.5"}
     ).failures
     assert failures.stall_after == "load_weights"
     assert failures.slow_pin == 3.0
+    assert failures.host_pool_x == 2.5
     assert failures.health_flap
 
 
@@ -48,6 +49,8 @@ def test_failure_modes_parse() -> None:
         ({"KIMI_SIM_FAIL": "explode"}, "'explode' is not a failure mode"),
         ({"KIMI_SIM_FAIL": "stall:lunch"}, "stall takes a phase"),
         ({"KIMI_SIM_FAIL": "slow_pin:-2"}, "must be > 0"),
+        ({"KIMI_SIM_FAIL": "host_pool_x:0"}, "the host_pool_x factor must be > 0"),
+        ({"KIMI_SIM_FAIL": "host_pool_x:twice"}, "KIMI_SIM_FAIL host_pool_x 'twice'"),
         ({"KIMI_SIM_LOAD": "-1"}, "KIMI_SIM_LOAD"),
         ({"KIMI_SIM_PROFILE": "nowhere"}, "host profile 'nowhere' not found"),
     ],

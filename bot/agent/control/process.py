@@ -252,16 +252,25 @@ class ProcessControl:
         self._save_run(_Run(child.pid, create_time, pending.started_at, offset, marker=marker))
 
     def stop(self, grace_s: float) -> StopResult:
+        return self._end(grace_s)
+
+    def kill(self) -> StopResult:
+        return self._end(None)
+
+    def _end(self, grace_s: float | None) -> StopResult:
+        """SIGTERM and SIGKILL after ``grace_s``; SIGKILL at once when ``grace_s`` is None."""
         began = self._clock.monotonic()
         run = self._load_run()
         if run is None or run.pid is None or not self._alive(run):
             return StopResult("not_running", 0.0, run.exit_status if run else None)
         run.stop_requested = True
         self._save_run(run)
-        how: StopHow = "terminated"
-        self._signal(run.pid, signal.SIGTERM)
-        if not self._wait_gone(run, grace_s):
-            how = "killed"
+        how: StopHow = "killed"
+        if grace_s is not None:
+            self._signal(run.pid, signal.SIGTERM)
+            if self._wait_gone(run, grace_s):
+                how = "terminated"
+        if how == "killed":
             self._signal(run.pid, signal.SIGKILL)
             if not self._wait_gone(run, _KILL_WAIT_S):
                 raise BackendError(

@@ -111,6 +111,11 @@ class ServerControl(Protocol):
         """SIGTERM the server, SIGKILL after ``grace_s`` seconds; return how it ended."""
         ...
 
+    def kill(self) -> StopResult:
+        """SIGKILL the server's whole tree at once, no grace, and wait until it is gone: for a
+        start that must not go on (its ranks pinning more RAM than the host has)."""
+        ...
+
     def status(self) -> ServerProcessState:
         """The server process's state now."""
         ...

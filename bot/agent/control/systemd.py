@@ -314,6 +314,16 @@ class SystemdControl:
                 raise BackendError(f"{self._unit} still running {_KILL_WAIT_S:.0f} s after SIGKILL")
         return StopResult(how, self._clock.monotonic() - began, self.status().exit_status)
 
+    def kill(self) -> StopResult:
+        began = self._clock.monotonic()
+        if not self.status().running:
+            return StopResult("not_running", 0.0, self.status().exit_status)
+        # systemctl kill signals every process of the unit's cgroup: the whole tree.
+        self._run("kill", "--signal=SIGKILL", self._unit)
+        if not self._wait_stopped(_KILL_WAIT_S):
+            raise BackendError(f"{self._unit} still running {_KILL_WAIT_S:.0f} s after SIGKILL")
+        return StopResult("killed", self._clock.monotonic() - began, self.status().exit_status)
+
     def _wait_stopped(self, timeout_s: float) -> bool:
         deadline = self._clock.monotonic() + timeout_s
         while self.status().running:

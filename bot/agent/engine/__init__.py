@@ -4,6 +4,8 @@
 - :mod:`bot.agent.engine.runner`: one operation: stop, GPU wait, start, follow, roll back;
 - :mod:`bot.agent.engine.follower`: following one start to ready or failed (stall, ceiling);
 - :mod:`bot.agent.engine.watcher`: a start's log turned into events and figures (pure);
+- :mod:`bot.agent.engine.guard`: a start stopped when its host pools exceed the plan's budget or
+  host RAM falls below the floor;
 - :mod:`bot.agent.engine.progress`: progress 0..1 and the ETA (pure);
 - :mod:`bot.agent.engine.gpu_wait`: waiting for the server's GPUs to free;
 - :mod:`bot.agent.engine.served_setting`: does ``/server_info`` show what was applied (pure);
@@ -23,6 +25,7 @@ from bot.agent.engine.crash_points import (
     SimulatedCrash,
 )
 from bot.agent.engine.gpu_wait import WaitResult, gpu_indices, wait_for_gpus_free
+from bot.agent.engine.guard import GuardTrip, PoolBudget, StartGuard, guard_note
 from bot.agent.engine.manager import OperationManager, Planner
 
 __all__ = [
@@ -30,13 +33,17 @@ __all__ = [
     "CrashAt",
     "CrashPoint",
     "CrashPoints",
+    "GuardTrip",
     "OperationManager",
     "Planner",
+    "PoolBudget",
     "RunnerContext",
     "SGLangLike",
     "SimulatedCrash",
+    "StartGuard",
     "StartOutcome",
     "WaitResult",
     "gpu_indices",
+    "guard_note",
     "wait_for_gpus_free",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 from bot.agent.cmdline import HiCacheSetting
 from bot.agent.control.protocol import LogSource
 from bot.agent.engine.context import Abandoned, Emit, RunnerContext, StartOutcome
+from bot.agent.engine.guard import GuardTrip, StartGuard
 from bot.agent.engine.progress import ProgressModel
 from bot.agent.engine.served_setting import reported_mismatch
 from bot.agent.engine.watcher import Draft, StartWatcher
@@ -41,8 +42,10 @@ class StartFollower:
         pid: int | None,
         t0: float,
         active_state: Callable[[], OperationState],
+        guard: StartGuard | None = None,
     ) -> None:
         self.ctx = ctx
+        self.guard = guard
         self.emit = emit
         self.watcher = watcher
         self.progress: ProgressModel = watcher.progress
@@ -90,6 +93,10 @@ class StartFollower:
                 self._draft(draft)
                 if draft.from_log:
                     last_move = now
+            if self.guard is not None:
+                trip = self.guard.check(watcher.figures, now)
+                if trip is not None:
+                    return self._tripped(trip)
             if now >= next_status:
                 next_status = now + poll
                 status = ctx.control.status()
@@ -185,6 +192,14 @@ class StartFollower:
             list(figures.failure_lines),
             exit_status,
         )
+
+    def _tripped(self, trip: GuardTrip) -> StartOutcome:
+        """The guard stops the start: SIGKILL the whole tree at once (SIGTERM would let the
+        ranks go on pinning through the grace time), then fail with the guard's figures."""
+        stopped = self.ctx.control.kill()
+        outcome = self._failed(trip.kind, trip.message, list(trip.lines), stopped.exit_status)
+        outcome.data.update(trip.data, kill_s=round(stopped.duration_s, 2))
+        return outcome
 
     def _failed(
         self, kind: FailureKind, message: str, lines: list[str], exit_status: int | None = None

@@ -20,6 +20,7 @@ from bot.agent.engine.crash_points import CrashPoint, SimulatedCrash
 from bot.agent.engine.event_log import EventLog, iso
 from bot.agent.engine.follower import StartFollower
 from bot.agent.engine.gpu_wait import gpu_indices, wait_for_gpus_free
+from bot.agent.engine.guard import PoolBudget, StartGuard
 from bot.agent.engine.watcher import StartWatcher
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
 from bot.agent.state.views import RevisionOutcome
@@ -279,11 +280,24 @@ class Runner:
             point.pid,
             t0,
             lambda: self._state,
+            self._guard(topology.local_ranks),
         )
         try:
             return follower.run(source)
         finally:
             source.close()
+
+    def _guard(self, ranks: int) -> StartGuard | None:
+        """The start's guard (None when ``[agent] guard = false``): the plan's budget, with its
+        pools in the apply stage (a rollback starts another config: its logged pools count)."""
+        settings = self.ctx.settings.guard
+        if not settings.enabled:
+            return None
+        view = self.ctx.state.operation(self.op_id)
+        budget = PoolBudget.from_plan(
+            None if view is None else view.plan, with_pools=self.point.stage is Stage.APPLY
+        )
+        return StartGuard(settings, self.ctx.probe, budget, ranks)
 
     def _adopt(self) -> None:
         """Record the started server's pid and start time as the point to follow from."""

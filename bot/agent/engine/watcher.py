@@ -72,6 +72,7 @@ class StartFigures:
     draft_kv_gib: float | None = None  # a speculative-decoding draft model's pool beside it
     host_gb_per_rank: float | None = None  # the KV host pool
     host_extra_gb: dict[str, float] = field(default_factory=dict)  # other host pools by name
+    host_pool_lines: list[str] = field(default_factory=list)  # each pool kind's first line
     host_tokens_per_rank: int | None = None
     phase: EventPhase = EventPhase.STARTING
     http_up: bool = False
@@ -274,6 +275,8 @@ class StartWatcher:
         if event.pool != KV_HOST_POOL:
             return self._host_extra(event)
         first = figures.host_gb_per_rank is None
+        if first:
+            figures.host_pool_lines.append(event.line)
         figures.host_gb_per_rank = event.gb
         if event.tokens is not None:
             figures.host_tokens_per_rank = event.tokens
@@ -308,6 +311,7 @@ class StartWatcher:
         if event.pool in figures.host_extra_gb:
             return None
         figures.host_extra_gb[event.pool] = event.gb
+        figures.host_pool_lines.append(event.line)
         total = figures.host_total_gb_per_rank or event.gb
         self.progress.host_gb_per_rank = total
         return Draft(

@@ -20,12 +20,13 @@ import hashlib
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from bot.agent.cmdline import HiCacheSetting, Topology, read_hicache, read_topology
-from bot.agent.config import AgentSettings
+from bot.agent.config import AgentSettings, GuardSettings
+from bot.agent.engine.guard import guard_note
 from bot.agent.facts._sources import (
     LOG_RUN_BYTES,
     LogPools,
@@ -153,6 +154,7 @@ class FactsSnapshot:
     fingerprint: str
     problems: tuple[str, ...] = ()
     errors: tuple[KimiOpsError, ...] = field(default=(), repr=False, compare=False)
+    guard: GuardSettings = field(default_factory=GuardSettings)
 
 
 def fingerprint_of(
@@ -228,6 +230,7 @@ class FactsService:
             fingerprint=fingerprint_of(hicache, server.pid, server.started_at, server.version),
             problems=tuple(str(error) for error in errors),
             errors=tuple(errors),
+            guard=self._settings.guard,
         )
 
     def _command(
@@ -432,9 +435,10 @@ class FactsService:
             host_extras=capacity.host_extras,
         )
         history: Sequence[StartSample] = self._state.startup_samples()
-        return make_plan(
+        plan = make_plan(
             request, server, memory, headroom_gb=self._settings.headroom_gb, history=history
         )
+        return replace(plan, notes=(*plan.notes, guard_note(snap.guard, plan.budget_bytes)))
 
 
 def _model_kv_shape(model_path: str | None, tp_size: int, kv_cache_dtype: str) -> KvShape | None:

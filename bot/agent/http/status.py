@@ -11,6 +11,7 @@ A running server on the simulated 449 GB host gives, in part::
                   "host_tokens_per_rank": 318549, "host_gb_per_rank": 22.39, "ranks": 8},
      "ram": {"total_gb": 449.0, "available_gb": 237.9, "server_held_gb": 207.1, ...},
      "gpus": {"available": true, "reason": null, "devices": [{"index": 0, ...}]},
+     "guard": {"enabled": true, "interval_s": 0.5, "floor_gb": 10.74},
      "operation": null, "fingerprint": "3f1c0a9e5d7b2c41", "problems": []}
 """
 
@@ -66,6 +67,11 @@ def status_body(snap: FactsSnapshot, operation: dict[str, Any] | None) -> dict[s
         },
         "ram": _ram(snap.ram, snap.server_held_bytes),
         "gpus": _gpus(snap.gpus),
+        "guard": {
+            "enabled": snap.guard.enabled,
+            "interval_s": snap.guard.interval_s,
+            "floor_gb": round(snap.guard.floor_gb, 2),
+        },
         "operation": operation,
         "fingerprint": snap.fingerprint,
         "problems": list(snap.problems),

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from bot.agent.control.process import STATE_DIR_ENV, ProcessControl
-from bot.agent.control.protocol import MARKER_ENV, ServerControl
+from bot.agent.control.protocol import MARKER_ENV, LogSource, ServerControl
 from bot.clock import SystemClock
 from bot.errors import BackendError
 from bot.vocab import ServerState
@@ -177,6 +177,36 @@ def test_stop_signals_the_whole_process_group(tmp_path: Path) -> None:
             return True
 
     wait_until(child_gone)
+
+
+@pytest.mark.slow
+def test_kill_sigkills_the_whole_group_without_a_grace(tmp_path: Path) -> None:
+    """kill() ends a server that would ignore SIGTERM, and its child, by SIGKILL at once:
+    killed, -9, the child gone too; a second kill finds nothing running."""
+    control = _control(tmp_path, STUBBORN.replace("print(", "import subprocess; "
+                       "child = subprocess.Popen(['sleep', '60']); print(child.pid, "))  # fmt: skip
+    log = control.open_log()
+    control.start("test:1")
+    child_pid = int(_read_until(log, "ignoring").split()[0])
+    result = control.kill()
+    assert (result.how, result.exit_status) == ("killed", -9)
+    assert not control.status().running
+    wait_until(lambda: not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status()
+               == psutil.STATUS_ZOMBIE)  # fmt: skip
+    assert control.kill().how == "not_running"
+
+
+def _read_until(log: LogSource, marker: str) -> str:
+    """The log's text read until ``marker`` shows in it."""
+    text = ""
+
+    def seen() -> bool:
+        nonlocal text
+        text += log.read_new()
+        return marker in text
+
+    wait_until(seen)
+    return text
 
 
 def test_stop_when_not_running(tmp_path: Path) -> None:

@@ -174,9 +174,8 @@ def test_a_server_that_exits_non_zero_is_failed(systemd: SystemdControl) -> None
     assert (state.state, state.exit_status) == (ServerState.FAILED, 3)
 
 
-@pytest.mark.slow
-def test_stubborn_server_is_killed_after_the_grace(systemd: SystemdControl) -> None:
-    """A server ignoring SIGTERM gets SIGKILL via systemctl kill and reports -9."""
+def _start_stubborn(systemd: SystemdControl) -> None:
+    """Start a server that ignores SIGTERM; return once it is up."""
     code = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('up', flush=True); time.sleep(60)"
@@ -188,9 +187,29 @@ def test_stubborn_server_is_killed_after_the_grace(systemd: SystemdControl) -> N
         wait_until(lambda: "up" in log.read_new())
     finally:
         log.close()
+
+
+@pytest.mark.slow
+def test_stubborn_server_is_killed_after_the_grace(systemd: SystemdControl) -> None:
+    """A server ignoring SIGTERM gets SIGKILL via systemctl kill and reports -9."""
+    _start_stubborn(systemd)
     result = systemd.stop(grace_s=0.5)
     assert (result.how, result.exit_status) == ("killed", -9)
     assert any(call.startswith("kill --signal=SIGKILL") for call in _calls(systemd))
+
+
+@pytest.mark.slow
+def test_kill_sends_sigkill_to_the_unit_without_a_stop(systemd: SystemdControl) -> None:
+    """kill() is ``systemctl kill --signal=SIGKILL`` on the unit, no ``stop`` (no grace): a
+    server ignoring SIGTERM is gone, killed by signal 9."""
+    _start_stubborn(systemd)
+    before = len(_calls(systemd))
+    result = systemd.kill()
+    assert result.how == "killed"
+    assert not systemd.status().running
+    calls = _calls(systemd)[before:]
+    assert f"kill --signal=SIGKILL {UNIT}" in calls
+    assert not any(call.startswith("stop") for call in calls)
 
 
 @pytest.mark.slow

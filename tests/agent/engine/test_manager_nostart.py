@@ -80,6 +80,9 @@ class _Control:
             raise RuntimeError("stop broke after stopping")
         return result
 
+    def kill(self) -> StopResult:
+        return self.inner.kill()
+
     def status(self) -> ServerProcessState:
         return self.inner.status()
 

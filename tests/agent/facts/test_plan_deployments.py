@@ -70,7 +70,7 @@ def agent_on(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
         sglang = SGLangClient(settings.server_url)
         state = AgentState(settings.state_dir)
         opened.append((control, sglang, state))
-        control.start()
+        control.start("test:1")
         wait_until(lambda: sglang.health() == 200, timeout_s=60)
         facts = FactsService(settings, make_probe(settings), control, sglang, state, clock)
         return Agent(facts, control)

@@ -341,3 +341,34 @@ def test_long_poll_answers_with_events_after_seq_and_404_for_unknown(live: Live)
     missing = live.http.get("/v1/operations/999", headers=auth())
     assert missing.status_code == 404
     assert "999" in missing.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ({}, {"enabled": True, "interval_s": 0.5, "floor_gb": 10.74}),
+        (
+            {"guard": False, "guard_interval_s": 2.0, "guard_floor_gb": 20},
+            {"enabled": False, "interval_s": 2.0, "floor_gb": 20.0},
+        ),
+    ],
+)
+def test_status_and_plans_say_whether_the_startup_guard_is_on(
+    tmp_path: Path, keys: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    """/v1/status shows the guard's switch, interval and floor (10 GiB = 10.74 GB by default)
+    as configured, and a plan's notes say whether the start it leads to is guarded."""
+    service = build_service(agent_settings(tmp_path, **keys))
+    try:
+        with (
+            serve_in_thread(create_app(service)) as url,
+            httpx.Client(base_url=url, timeout=30, headers=auth()) as client,
+        ):
+            status = client.get("/v1/status").json()
+            plan = client.post("/v1/plans", json={"size_gb": 10}).json()["plan"]
+    finally:
+        service.manager.close()
+        service.close()
+    assert status["guard"] == expected
+    word = "on" if expected["enabled"] else "off"
+    assert [note for note in plan["notes"] if note.startswith(f"startup guard {word}")]
