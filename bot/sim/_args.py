@@ -3,7 +3,7 @@
 Built like ``ServerArgs.add_cli_args``: plain argparse with ``allow_abbrev`` left on, so ``--tp 8``
 reaches ``--tp-size`` by prefix, ``--hicache-size 44.5`` fails with exit 2 and the usage on
 stderr, and an unknown flag fails the same way. Flags the deployment passes but the simulation
-does not act on are accepted and only echoed in ``server_args=ServerArgs(...)``.
+does not act on are accepted and only echoed in the ``server_args=`` line.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def build_parser(version: tuple[int, ...]) -> argparse.ArgumentParser:
     add("--served-model-name", type=str, default=None)
     add("--context-length", type=int, default=None)
     add("--dtype", type=str, default="auto")
+    # SGLang picks the device itself when none is given; "cpu" is its CPU engine.
+    add("--device", type=str, default=None)
     add("--kv-cache-dtype", type=str, default="auto")
     add("--mem-fraction-static", type=float, default=None)
     add("--max-running-requests", type=int, default=None)
@@ -56,6 +58,7 @@ def build_parser(version: tuple[int, ...]) -> argparse.ArgumentParser:
     add("--attention-backend", type=str, default=None)
     add("--disable-radix-cache", action="store_true")
     add("--disable-cuda-graph", action="store_true")
+    add("--disable-overlap-schedule", action="store_true")
     add("--cuda-graph-max-bs", type=int, default=None)
     add("--disable-custom-all-reduce", action="store_true")
     add("--num-continuous-decode-steps", type=int, default=1)
@@ -107,9 +110,13 @@ def parse_server_args(argv: Sequence[str], version: tuple[int, ...]) -> argparse
     return args
 
 
-def server_args_repr(args: argparse.Namespace, overrides: dict[str, Any]) -> str:
-    """``ServerArgs(model_path='...', ...)`` as SGLang's first log line prints it."""
+def server_args_repr(args: argparse.Namespace, overrides: dict[str, Any], new: bool) -> str:
+    """The arguments as SGLang's first log line prints them after ``server_args=``: 0.5.9's
+    ``ServerArgs(model_path='...', ...)``, 0.5.23's resolved dict ``{'model_path': '...', ...}``
+    (docs/sglang.md, Startup log)."""
     fields = dict(vars(args))
     fields.update(overrides)
+    if new:
+        return repr(fields)
     body = ", ".join(f"{key}={value!r}" for key, value in fields.items())
     return f"ServerArgs({body})"

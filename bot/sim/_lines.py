@@ -30,6 +30,8 @@ __all__ = [
 ]
 
 READY = "The server is fired up and ready to roll!"
+#: A warning of the main process when ``--attention-backend torch_native`` rules graphs out.
+GRAPHS_OFF_TORCH_NATIVE = "Cuda graph is disabled because of using torch native attention backend"
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 HOST_SMALLER = "The host memory should be larger than the device memory with the current protocol"
 GPU_SHORT = "Not enough memory. Please try to increase --mem-fraction-static."
@@ -112,12 +114,20 @@ def capture_end(new: bool, elapsed: float, usage: float, avail: float) -> str:
 
 
 def max_total_num_tokens(
-    tokens: int, chunked: int, max_prefill: int, max_running: int, context: int, avail: float
+    tokens: int,
+    chunked: int,
+    max_prefill: int,
+    max_running: int,
+    context: int,
+    avail: float,
+    cpu: bool = False,
 ) -> str:
+    """The scheduler's sizes; on ``--device cpu`` the free memory is the CPU's."""
+    memory = "available_cpu_mem" if cpu else "available_gpu_mem"
     return (
         f"max_total_num_tokens={tokens}, chunked_prefill_size={chunked}, "
         f"max_prefill_tokens={max_prefill}, max_running_requests={max_running}, "
-        f"context_len={context}, available_gpu_mem={avail:.2f} GB"
+        f"context_len={context}, {memory}={avail:.2f} GB"
     )
 
 

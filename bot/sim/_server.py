@@ -118,6 +118,12 @@ class Simulation:
             (self.p.server_ram_gb_main + self.p.server_ram_gb_per_rank * len(self.ranks)) * 1e9
         )
         self.gpu_gib = 0.0
+        # SGLang's CPU engine names its memory after the CPU; torch_native attention and
+        # --disable-cuda-graph capture no graphs, nor does a CPU (docs/sglang.md, Startup log).
+        self.cpu = args.device == "cpu"
+        self.torch_native = args.attention_backend == "torch_native"
+        self.graphs = not (args.disable_cuda_graph or self.torch_native or self.cpu)
+        self.graph_gib = self.p.cuda_graph_gib if self.graphs else 0.0
         self.load = LoadModel(
             capacity=tokens,
             host_tokens=self.pool.tokens if self.pool else 0,
@@ -210,7 +216,9 @@ class Simulation:
     def _start(self) -> None:
         p, new, args = self.p, self.s.new_dialect, self.args
         overrides = {"mem_fraction_static": self.fraction, "chunked_prefill_size": self.chunked}
-        self.log.line("server_args=" + server_args_repr(args, overrides))
+        if self.torch_native:
+            self.log.line(_lines.GRAPHS_OFF_TORCH_NATIVE)
+        self.log.line("server_args=" + server_args_repr(args, overrides, new))
         self.sleep(p.phase("init"))
         self.check_stall("init")
 
@@ -255,16 +263,8 @@ class Simulation:
         self.each_rank(lambda r: _lines.memory_pool_end(avail))
         self.check_stall("kv_pool")
 
-        sizes = capture_sizes(p.cuda_graph_batch_sizes)
-        self.each_rank(lambda r: _lines.capture_begin(new, sizes, avail))
-        started = time.monotonic()
-        self._capture(sizes, avail)
-        elapsed = time.monotonic() - started
-        avail -= p.cuda_graph_gib
-        self.set_gpu(self.gpu_gib + p.cuda_graph_gib)
-        self.each_rank(
-            lambda r: _lines.capture_end(new, self.jitter(elapsed), p.cuda_graph_gib, avail)
-        )
+        if self.graphs:
+            avail = self._graphs(avail)
         if self.draft_gib:
             # SGLang's EAGLE worker builds the draft model's runner after the target's graphs.
             self.sleep(p.phase("kv_pool"))
@@ -284,6 +284,7 @@ class Simulation:
                 self.max_running,
                 self.context_len,
                 avail,
+                self.cpu,
             )
         )
         self.check_stall("cuda_graph")
@@ -295,6 +296,21 @@ class Simulation:
         self.check_stall("http")
         self._warmup()
         self.check_stall("warmup")
+
+    def _graphs(self, avail: float) -> float:
+        """Capture the decode graphs on every rank; the memory left after them."""
+        p, new = self.p, self.s.new_dialect
+        sizes = capture_sizes(p.cuda_graph_batch_sizes)
+        self.each_rank(lambda r: _lines.capture_begin(new, sizes, avail))
+        started = time.monotonic()
+        self._capture(sizes, avail)
+        elapsed = time.monotonic() - started
+        avail -= p.cuda_graph_gib
+        self.set_gpu(self.gpu_gib + p.cuda_graph_gib)
+        self.each_rank(
+            lambda r: _lines.capture_end(new, self.jitter(elapsed), p.cuda_graph_gib, avail)
+        )
+        return avail
 
     @property
     def free_gib(self) -> float:
@@ -323,8 +339,9 @@ class Simulation:
         shards = self.p.model_shards
         per_shard = self.p.phase("load_weights") / shards
         started = time.monotonic()
-        end = "" if self.s.new_dialect else "\n"
-        self.log.bar(_tqdm.shards_line(0, shards, 0.0), end)
+        new = self.s.new_dialect
+        end = "" if new else "\n"
+        self.log.bar(_tqdm.shards_line(0, shards, 0.0, new), end)
         for n in range(1, shards + 1):
             self.sleep(per_shard)
             if self.s.failures.crash_loading and n == max(1, shards // 2):
@@ -334,8 +351,8 @@ class Simulation:
                     "MetadataIncompleteBuffer"
                 )
                 self.die(self.ranks[0], "load", error)
-            self.log.bar(_tqdm.shards_line(n, shards, time.monotonic() - started), end)
-        if self.s.new_dialect:
+            self.log.bar(_tqdm.shards_line(n, shards, time.monotonic() - started, new), end)
+        if new:
             self.log.err("\n")
 
     def _capture(self, sizes: list[int], avail: float) -> None:
@@ -537,7 +554,7 @@ class Simulation:
                 "weight": self.p.weights_gib,
                 "kvcache": round(self.kv_gib, 2),
                 "token_capacity": self.device_tokens,
-                "graph": self.p.cuda_graph_gib,
+                "graph": self.graph_gib,
             },
             "last_gen_throughput": 0.0,
         }

@@ -1,8 +1,9 @@
 """tqdm's progress-bar text, reproduced without tqdm (the bars SGLang writes to stderr).
 
 ``Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]``
-uses SGLang's own bar format; ``Capturing batches (bs=512 avail_mem=1.82 GB):  67%|██████▋   |
-35/52 [00:09<00:04,  3.80it/s]`` is tqdm's default layout with a 10-cell bar (no terminal).
+(0.5.23: ``Multi-thread loading shards: ...``) uses SGLang's own bar format;
+``Capturing batches (bs=512 avail_mem=1.82 GB):  67%|██████▋   | 35/52 [00:09<00:04,  3.80it/s]``
+is tqdm's default layout with a 10-cell bar (no terminal).
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ def _timing(n: int, total: int, elapsed: float) -> str:
     return f"[{_interval(elapsed)}<{_interval(remaining)}, {rate_text}]"
 
 
-def shards_line(n: int, total: int, elapsed: float) -> str:
-    """SGLang's weight-loading bar, one refresh."""
+def shards_line(n: int, total: int, elapsed: float, new: bool = False) -> str:
+    """SGLang's weight-loading bar, one refresh: 0.5.23 loads with several threads by default and
+    names its bar after that (docs/sglang.md, Startup log)."""
     percent = 100 * n / total
-    return (
-        f"Loading safetensors checkpoint shards: {percent:3.0f}% Completed | {n}/{total} "
-        f"{_timing(n, total, elapsed)}"
-    )
+    desc = "Multi-thread loading shards" if new else "Loading safetensors checkpoint shards"
+    return f"{desc}: {percent:3.0f}% Completed | {n}/{total} {_timing(n, total, elapsed)}"
 
 
 def bar_line(desc: str, n: int, total: int, elapsed: float) -> str:

@@ -43,8 +43,20 @@ HEADER = re.compile(r"\[((?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d
 # logs --timestamps): "2026-09-23T08:10:52.751329980Z [2026-09-23 08:10:52 DP2 TP2] ...".
 RUNTIME_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
 
-# Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]
-SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
+# The first line of a start, SGLang's arguments: a ServerArgs repr up to 0.5.9, the resolved
+# dict in 0.5.23 (docs/sglang.md, Startup log):
+#   server_args=ServerArgs(model_path='moonshotai/Kimi-K2.5', ...)
+#   server_args={'model_path': '/models/tiny-llama', ...}
+SERVER_ARGS = ("server_args=ServerArgs(", "server_args={")
+
+# Weight progress, one tqdm bar per loader (docs/sglang.md, Startup log):
+#   Loading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]
+#   Multi-thread loading shards:   0% Completed | 0/1 [00:00<?, ?it/s]   (0.5.23's default)
+#   Multi-thread loading pt checkpoint shards: ...   (0.5.23, .bin weights)
+SHARDS = re.compile(
+    r"(?:Loading safetensors checkpoint|Multi-thread loading(?: pt checkpoint)?) shards:"
+    r"\s*\d+% Completed \| (\d+)/(\d+)"
+)
 
 # Capturing batches (bs=512 avail_mem=1.82 GB):  67%|██████▋   | 35/52 [00:09<00:04,  3.78it/s]
 GRAPHS = re.compile(r"Capturing batches[^|]*\|[^|]*\| *(\d+)/(\d+)")

@@ -30,6 +30,7 @@ from bot.startup._patterns import (
     MAX_LINE,
     MAX_TOTAL,
     RUNTIME_STAMP,
+    SERVER_ARGS,
     SHARDS,
     SKIP_LINE,
     WORTH_READING,
@@ -156,7 +157,7 @@ class StartupParser:
             message = segment[header.end() :]
         if not message.strip():
             return
-        if "server_args=ServerArgs(" in message and (
+        if any(marker in message for marker in SERVER_ARGS) and (
             self._phase >= 0 or self._failure.kind is not None
         ):
             # The log goes on with the next start of the server (a restart, a rollback): SGLang's
@@ -183,14 +184,15 @@ class StartupParser:
         self, message: str, line: str, rank: str | None, at: datetime | None, out: list[Event]
     ) -> bool:
         """Handle a line of a healthy start; ``False`` when the message is none of them."""
-        if "Loading safetensors checkpoint shards" in message:
+        if " shards:" in message:
             match = SHARDS.search(message)
-            if match is not None:
-                self._enter(Phase.LOAD_WEIGHTS, at, rank, line, out)
-                shards = (int(match.group(1)), int(match.group(2)))
-                if shards != self._shards:  # tqdm repaints the same count
-                    self._shards = shards
-                    out.append(ShardProgress(done=shards[0], total=shards[1], at=at))
+            if match is None:
+                return False
+            self._enter(Phase.LOAD_WEIGHTS, at, rank, line, out)
+            shards = (int(match.group(1)), int(match.group(2)))
+            if shards != self._shards:  # tqdm repaints the same count
+                self._shards = shards
+                out.append(ShardProgress(done=shards[0], total=shards[1], at=at))
             return True
         if "Capturing batches" in message:
             match = GRAPHS.search(message)
@@ -293,7 +295,8 @@ class StartupParser:
 # Lines that move a start to its next phase: (text, phase, the era only it belongs to).
 _MILESTONES: tuple[tuple[str, Phase, Dialect | None], ...] = (
     # [2026-02-24 11:18:30] server_args=ServerArgs(model_path='moonshotai/Kimi-K2.5', ...)
-    ("server_args=ServerArgs(", Phase.INIT, None),
+    # [2026-11-30 07:45:54] server_args={'model_path': '/models/tiny-llama', ...}   (0.5.23)
+    *((marker, Phase.INIT, None) for marker in SERVER_ARGS),
     # [2026-02-24 11:18:37 TP3] Init torch distributed begin.
     ("Init torch distributed begin.", Phase.INIT, Dialect.V0_5_9),
     # [2026-03-02 09:02:11 TP3] Init parallel begin.

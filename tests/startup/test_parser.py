@@ -36,6 +36,8 @@ DEPLOYMENT_FIXTURES = (
     "hybrid_swa_v0.5.23.log",
     "dsa_indexer_v0.5.23.log",
     "single_rank_no_tokens_v0.4.log",
+    # A real SGLang 0.5.23 start on CPU (make test-real), as it logged it, teardown included.
+    "cpu_tiny_llama_v0.5.23.log",
 )
 # One text holding every fixture, with "\r\n" line ends in one of them.
 ALL_TEXT = (
@@ -151,6 +153,18 @@ def test_device_pool_lines_of_mla_mha_and_0_5_23() -> None:
     assert (pools[1].k_gib, pools[1].v_gib) == (7.5, 7.5)
 
 
+def test_device_pool_line_of_an_mha_model_in_0_5_23() -> None:
+    """0.5.23's MHA form (a real CPU start's line) gives its dtype, tokens, and K and V apart."""
+    line = (
+        "[2026-11-30 09:17:51] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 16384, "
+        "K size: 0.00 GB, V size: 0.00 GB\n"
+    )
+    pools = [e for e in parse_all(line) if isinstance(e, DevicePool)]
+    assert [(p.rank, p.tokens, p.k_gib, p.v_gib, p.dtype) for p in pools] == [
+        (None, 16384, 0.0, 0.0, "torch.bfloat16")
+    ]
+
+
 def test_host_pool_lines_of_both_eras() -> None:
     """0.5.9 logs GB only; 0.5.23 logs tokens and GB (1e9 bytes), as written."""
     text = (
@@ -162,14 +176,88 @@ def test_host_pool_lines_of_both_eras() -> None:
     assert pools == [("TP0", 44.77, None, "kv"), ("TP1", 48.0, 683061, "kv")]
 
 
+def test_first_lines_of_both_eras_begin_a_start_at_init() -> None:
+    """0.5.9's `server_args=ServerArgs(` and 0.5.23's `server_args={` (a real 0.5.23 line's
+    opening) each start the init phase at their own time."""
+    for line in (
+        "[2026-02-24 11:18:30] server_args=ServerArgs(model_path='m', tp_size=8)\n",
+        "[2026-11-30 09:15:38] server_args={'model_path': "
+        "'/root/.cache/kimi-realsgl/models/tiny-llama', 'tokenizer_path': "
+        "'/root/.cache/kimi-realsgl/models/tiny-llama', 'tokenizer_mode': 'auto'}\n",
+    ):
+        phases = [(e.phase, e.at) for e in parse_all(line) if isinstance(e, PhaseStarted)]
+        stamp = datetime.fromisoformat(line[1:20])
+        assert phases == [(Phase.INIT, stamp)], line
+
+
+def test_a_dict_server_args_line_starts_a_new_start_too() -> None:
+    """After a 0.5.9 start got past init, 0.5.23's `server_args={` begins the next at init."""
+    text = (
+        "[2026-02-24 11:18:30] server_args=ServerArgs(tp_size=8)\n"
+        "[2026-02-24 11:18:41 TP0] Load weight begin. avail mem=94.51 GB\n"
+        "[2026-02-24 11:40:00] server_args={'tp_size': 8}\n"
+    )
+    phases = [(e.phase, e.at) for e in parse_all(text) if isinstance(e, PhaseStarted)]
+    assert [p for p, _ in phases] == [Phase.INIT, Phase.LOAD_WEIGHTS, Phase.INIT]
+    assert phases[2][1] == datetime(2026, 2, 24, 11, 40, 0)
+
+
+def test_weight_bars_of_every_loader_give_shard_progress() -> None:
+    """The single-thread bar, 0.5.23's multi-thread bar (its two refreshes quoted from a real
+    start, glued by tqdm's \\r) and the `.bin` multi-thread bar all report shards done."""
+    text = (
+        "\rLoading safetensors checkpoint shards:  27% Completed | 17/64 [00:11<00:29,  1.58it/s]"
+        "\n\rMulti-thread loading shards:   0% Completed | 0/1 [00:00<?, ?it/s]"
+        "\rMulti-thread loading shards: 100% Completed | 1/1 [00:00<00:00, 216.72it/s]"
+        "\n\rMulti-thread loading pt checkpoint shards:  50% Completed | 2/4 "
+        "[00:01<00:01,  2.00it/s]\n"
+    )
+    progress = [(e.done, e.total) for e in parse_all(text) if isinstance(e, ShardProgress)]
+    assert progress == [(17, 64), (0, 1), (1, 1), (2, 4)]
+
+
+def test_a_line_naming_shards_without_a_bar_is_no_progress() -> None:
+    """A line that only mentions shards gives no shard progress and no phase."""
+    events = parse_all("[2026-11-30 09:17:50] Multi-thread loading shards: skipped\n")
+    assert not [e for e in events if isinstance(e, ShardProgress | PhaseStarted)]
+
+
+def test_a_real_cpu_start_of_0_5_23_reads_from_its_first_line() -> None:
+    """A real 0.5.23 start on CPU: init at its `server_args={` line (09:15:38, not at `Init
+    parallel begin.` two minutes later), the multi-thread bar's shards, the MHA pool of
+    `--max-total-tokens 16384` and no CUDA graph phase (torch_native attention)."""
+    events = parse_all(read_log("cpu_tiny_llama_v0.5.23.log"))
+    phases = [(e.phase, e.at) for e in events if isinstance(e, PhaseStarted)]
+    assert phases[0] == (Phase.INIT, datetime(2026, 11, 30, 9, 15, 38))
+    assert [p for p, _ in phases] == [
+        Phase.INIT,
+        Phase.LOAD_WEIGHTS,
+        Phase.KV_POOL,
+        Phase.HOST_POOL,
+        Phase.HTTP,
+        Phase.WARMUP,
+        Phase.READY,
+    ]
+    shards = [(e.done, e.total) for e in events if isinstance(e, ShardProgress)]
+    assert shards == [(0, 1), (1, 1)]
+    pools = [(p.tokens, p.k_gib, p.v_gib, p.dtype) for p in events if isinstance(p, DevicePool)]
+    assert pools == [(16384, 0.0, 0.0, "torch.bfloat16")]
+    assert [e.tokens for e in events if isinstance(e, MaxTotalTokens)] == [16384]
+
+
 def test_max_total_num_tokens_line() -> None:
     """Rank 0's `max_total_num_tokens=` line gives the device pool's tokens."""
     text = (
         "[2026-02-24 11:24:00 TP0] max_total_num_tokens=231120, chunked_prefill_size=8192, "
         "max_prefill_tokens=16384, max_running_requests=4096, context_len=262144, "
         "available_gpu_mem=0.82 GB\n"
+        # A real 0.5.23 start on CPU:
+        "[2026-11-30 09:17:51] max_total_num_tokens=16384, chunked_prefill_size=4096, "
+        "max_prefill_tokens=16384, max_running_requests=16, context_len=2048, "
+        "available_cpu_mem=20.10 GB\n"
     )
-    assert [e.tokens for e in parse_all(text) if isinstance(e, MaxTotalTokens)] == [231120]
+    tokens = [e.tokens for e in parse_all(text) if isinstance(e, MaxTotalTokens)]
+    assert tokens == [231120, 16384]
 
 
 def test_tqdm_repaints_of_the_same_count_are_reported_once() -> None:
