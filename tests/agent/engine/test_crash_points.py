@@ -57,7 +57,7 @@ def rig(
         return Rig(
             harness.settings,
             harness.start_server,
-            lambda: harness.log_text().count("server_args=ServerArgs("),
+            lambda: harness.log_text().count("server_args="),
         )
     built = systemd_rig()
     return Rig(built.settings, built.start_server, built.starts)

@@ -262,7 +262,7 @@ def test_a_failed_restart_stops_and_does_not_start_an_earlier_config(
     assert "the server is stopped" in message
     assert "rollback" in message
     assert not harness.parts()[0].status().running
-    assert harness.log_text().count("server_args=ServerArgs(") == 1  # no second start
+    assert harness.log_text().count("server_args=") == 1  # no second start
 
 
 def test_a_restart_keeps_the_previous_config_on_record(

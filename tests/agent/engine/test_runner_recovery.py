@@ -59,7 +59,7 @@ def test_agent_restart_mid_start_resumes_to_ready_without_a_second_start(
     steps = [e.data["step"] for e in events if "step" in e.data]
     assert len(steps) == len(set(steps))
     assert phases(events)[-3:] == ["warmup", "verifying", "ready"]
-    assert harness.log_text().count("server_args=ServerArgs(") == 2  # the old server + one start
+    assert harness.log_text().count("server_args=") == 2  # the old server + one start
 
 
 def test_leftover_gpu_process_blocks_the_start_naming_its_pid(
@@ -88,7 +88,7 @@ def test_leftover_gpu_process_blocks_the_start_naming_its_pid(
     assert f"PID {stray.pid}" in events[-1].message
     assert "starting" not in phases(events)
     assert not harness.parts()[0].status().running
-    assert harness.log_text().count("server_args=ServerArgs(") == 1  # never started again
+    assert harness.log_text().count("server_args=") == 1  # never started again
 
 
 def test_stall_is_reported_and_the_hard_ceiling_ends_it(
