@@ -21,12 +21,12 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 from bot.agent.cmdline import HiCacheSetting, Topology, read_hicache, read_topology
 from bot.agent.config import AgentSettings, GuardSettings
 from bot.agent.engine.guard import guard_note
+from bot.agent.facts._model_files import ModelFiles, read_model_files
 from bot.agent.facts._sources import (
     LOG_RUN_BYTES,
     LogPools,
@@ -44,17 +44,18 @@ from bot.errors import KimiOpsError, PlanInputError, ProbeError
 from bot.planner import (
     GB,
     ChangeRequest,
+    DeviceMemory,
     DevicePool,
+    DevicePoolSource,
     GiB,
     HostExtra,
     HostMemory,
-    KvShape,
     Plan,
     ServerFacts,
     StartSample,
+    default_mem_fraction_static,
     host_pool_for_ratio,
     host_pool_for_size,
-    kv_shape_from_config,
     make_plan,
 )
 from bot.vocab import ServerState
@@ -119,7 +120,7 @@ class ServerSnapshot:
 @dataclass(frozen=True)
 class Capacity:
     """KV capacity per rank: the device pool and the HiCache host pool. ``source`` says where the
-    device figures came from: "server_info", "last_start" or None (unknown)."""
+    device figures came from (server_info, startup_log, last_start) or None (unknown)."""
 
     device_tokens: int | None = None
     kv_bytes_per_token: float | None = None
@@ -127,7 +128,7 @@ class Capacity:
     host_gb_per_rank: float | None = None
     ranks: int | None = None
     page_size: int = 1
-    source: str | None = None
+    source: DevicePoolSource | None = None
     # For plans: the device pool's GiB as logged (two decimals), the last start's other host
     # pools, and what its log says of a draft pool or of pools it could not tell apart.
     kv_gib: float | None = None
@@ -307,7 +308,7 @@ class FactsService:
         pages = page_size(info, topology)
         tokens, per_token = device_from_info(info)
         kv_gib = kv_gib_from_info(info) if tokens is not None else None
-        source = "server_info" if tokens is not None else None
+        source = DevicePoolSource.SERVER_INFO if tokens is not None else None
         host_tokens: int | None = None
         host_gb: float | None = None
         logged = self._device_from_log(running)
@@ -316,7 +317,7 @@ class FactsService:
                 logged.tokens,
                 logged.per_token,
                 logged.kv_gib,
-                "startup_log",
+                DevicePoolSource.STARTUP_LOG,
             )
             host_tokens, host_gb = logged.host_tokens, logged.host_gb
         try:
@@ -327,7 +328,11 @@ class FactsService:
         if recorded is not None:
             rec_tokens, rec_per_token, rec_host_tokens, rec_host_gb = recorded
             if tokens is None and rec_tokens:
-                tokens, per_token, source = int(rec_tokens), rec_per_token, "last_start"
+                tokens, per_token, source = (
+                    int(rec_tokens),
+                    rec_per_token,
+                    DevicePoolSource.LAST_START,
+                )
                 if rec_per_token:
                     # Recorded as the logged GiB divided by the tokens: that GiB, as logged.
                     kv_gib = round(rec_per_token * tokens / GiB, 2)
@@ -355,7 +360,9 @@ class FactsService:
             kv_gib=kv_gib,
             host_extras=logged.host_extras,
             draft_kv_gib=logged.draft_kv_gib,
-            device_pool_undecided=logged.undecided if source == "startup_log" else None,
+            device_pool_undecided=logged.undecided
+            if source is DevicePoolSource.STARTUP_LOG
+            else None,
         )
 
     def _device_from_log(self, running: bool = False) -> LogPools:
@@ -413,9 +420,13 @@ class FactsService:
             cgroup_limit_bytes=snap.ram.cgroup_limit_bytes,
         )
         hints = model_hints(snap.command or ())
+        model = read_model_files(hints.model_path, snap.topology.tp, hints.kv_cache_dtype)
         pool = DevicePool(
             tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token
         )
+        device, device_missing = (None, None)
+        if capacity.device_tokens is None:
+            device, device_missing = device_memory(snap.topology, snap.gpus, model)
         if capacity.kv_gib is not None:
             pool = DevicePool.from_log(capacity.device_tokens, capacity.kv_gib)
         draft = capacity.draft_kv_gib
@@ -426,13 +437,16 @@ class FactsService:
             version=version_of(snap.server.version),
             host_tokens_per_rank_now=capacity.host_tokens_per_rank,
             radix_cache_disabled=snap.topology.disable_radix_cache,
-            kv_shape=_model_kv_shape(hints.model_path, snap.topology.tp, hints.kv_cache_dtype),
+            kv_shape=model.kv_shape,
             speculative=hints.speculative,
             device_pool_note=None
             if draft is None
             else f"a draft model's pool of {draft:.2f} GiB per rank beside it is not multiplied",
             device_pool_undecided=capacity.device_pool_undecided,
             host_extras=capacity.host_extras,
+            device_pool_source=capacity.source,
+            device_memory=device,
+            device_pool_missing=device_missing,
         )
         history: Sequence[StartSample] = self._state.startup_samples()
         plan = make_plan(
@@ -441,16 +455,27 @@ class FactsService:
         return replace(plan, notes=(*plan.notes, guard_note(snap.guard, plan.budget_bytes)))
 
 
-def _model_kv_shape(model_path: str | None, tp_size: int, kv_cache_dtype: str) -> KvShape | None:
-    """The KV shape from ``--model-path``'s config.json when it is readable, else None (the
-    planner then works from the logged pool)."""
-    if not model_path:
-        return None
+def device_memory(
+    topology: Topology, gpus: GpuFacts, model: ModelFiles
+) -> tuple[DeviceMemory | None, str | None]:
+    """What the planner needs to estimate a device pool no start has logged: the smallest GPU's
+    memory (NVML), the weights per rank and the fraction; else None and what is missing."""
+    missing = list(model.missing)
+    gpu_bytes = min((gpu.memory_total_bytes for gpu in gpus.gpus), default=0)
+    if gpu_bytes <= 0:
+        missing.append(f"GPU memory is unknown ({gpus.reason or 'NVML lists no GPU'})")
+    if missing or model.weights_bytes is None:
+        return None, "; ".join(missing) or "the weights' size is unknown"
+    ranks = max(1, topology.tp * topology.pp)
+    fraction = topology.mem_fraction_static
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
-        if not isinstance(config, dict):
-            return None
-        return kv_shape_from_config(config, tp_size=tp_size, kv_cache_dtype=kv_cache_dtype)
-    except (OSError, ValueError, PlanInputError):
-        # A hub name, an unreadable or foreign config: the logged pool still sizes the plan.
-        return None
+        return DeviceMemory(
+            gpu_memory_bytes=gpu_bytes,
+            weights_bytes_per_rank=model.weights_bytes // ranks,
+            mem_fraction_static=fraction
+            if fraction is not None
+            else default_mem_fraction_static(gpu_bytes, topology.tp, topology.pp),
+            fraction_given=fraction is not None,
+        ), None
+    except PlanInputError as exc:
+        return None, str(exc)
