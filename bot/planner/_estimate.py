@@ -8,6 +8,7 @@
     KV bytes = GPU memory x fraction - weights per rank
     tokens   = KV bytes // KV bytes per token, page aligned down
     planned  = ceil(tokens x (1 + ESTIMATE_MARGIN))
+    both capped by --max-total-tokens, which SGLang never exceeds
 
 SGLang itself sizes the pool as ``memory free before loading x fraction - memory the weights
 took`` (``profile_max_num_token``); NVML's total is at least that free memory, its own default
@@ -68,8 +69,13 @@ class DeviceMemory:
     weights_bytes_per_rank: int
     mem_fraction_static: float
     fraction_given: bool  # on the command line; else SGLang's default, at most
+    max_total_tokens: int | None = None  # --max-total-tokens: SGLang's pool is never larger
 
     def __post_init__(self) -> None:
+        if self.max_total_tokens is not None and self.max_total_tokens < 1:
+            raise PlanInputError(
+                f"--max-total-tokens {self.max_total_tokens!r} must be at least 1 token"
+            )
         if self.gpu_memory_bytes <= 0:
             raise PlanInputError(f"GPU memory must be positive, not {self.gpu_memory_bytes!r}")
         if self.weights_bytes_per_rank < 0:
@@ -99,14 +105,17 @@ class DevicePoolEstimate:
         """The arithmetic in one sentence, for the plan's notes."""
         memory = self.memory
         fraction = "given" if memory.fraction_given else "SGLang's default at most"
+        cap = memory.max_total_tokens
+        capped = "" if cap is None else f", at most --max-total-tokens {cap:,}"
         return (
             f"device pool estimated from the model's files (no start on record): "
             f"{memory.gpu_memory_bytes / GiB:.2f} GiB GPU x {memory.mem_fraction_static:g} "
             f"({fraction}) - {memory.weights_bytes_per_rank / GiB:.2f} GiB weights per rank = "
             f"{self.kv_bytes / GiB:.2f} GiB, {self.tokens:,} tokens at {self.bytes_per_token:,} "
-            f"B; planned on {self.planned_tokens:,} tokens (+{self.margin:.0%} margin). It is an "
-            "upper bound: the startup guard stops the start if the logged host pool exceeds the "
-            "budget, and once the server has started its logged pool replaces the estimate"
+            f"B{capped}; planned on {self.planned_tokens:,} tokens (+{self.margin:.0%} margin). "
+            "It is an upper bound: the startup guard stops the start if the logged host pool "
+            "exceeds the budget, and once the server has started its logged pool replaces the "
+            "estimate"
         )
 
 
@@ -138,6 +147,11 @@ def estimate_device_pool(
             f"{memory.mem_fraction_static:g}"
         )
     planned = math.ceil(tokens * (1 + ESTIMATE_MARGIN))
+    cap = memory.max_total_tokens
+    if cap is not None:
+        # SGLang takes min(profiled, --max-total-tokens): the cap bounds the estimate and the
+        # margin alike, exactly.
+        tokens, planned = min(tokens, cap), min(planned, cap)
     return DevicePoolEstimate(
         memory=memory,
         bytes_per_token=bytes_per_token,

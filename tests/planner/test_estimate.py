@@ -175,3 +175,23 @@ def test_bad_device_memory_is_refused_with_the_value(
     """Figures no GPU has are rejected by name before any plan is made."""
     with pytest.raises(PlanInputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         DeviceMemory(gpu, weights, fraction, fraction_given=True)
+
+
+def test_max_total_tokens_caps_the_estimate_and_its_margin() -> None:
+    """SGLang takes min(profiled, --max-total-tokens): with a cap of 16,384 (the tiny model
+    make test-real serves) ratio 4 is 16,384 x 4 + one page = 65,537 tokens, no margin above."""
+    memory = DeviceMemory(24 * GIB, 0, 0.844, fraction_given=False, max_total_tokens=16_384)
+    shape = KvShape("MHA", 2 * 2 * 16 * 2, 2)  # 2 KV heads x 16 head dim, K and V, bf16
+    server = ServerFacts(ranks=1, kv_shape=shape, device_memory=memory)
+    plan = make_plan(ChangeRequest(ratio=4), server, HostMemory(445 * GB))
+    assert plan.device_pool_estimate is not None
+    assert plan.device_pool_estimate.tokens == 16_384
+    assert plan.device_tokens == 16_384
+    assert plan.per_rank_tokens == 16_384 * 4 + 1
+    assert plan.per_rank_bytes == (16_384 * 4 + 1) * 256
+
+
+def test_a_cap_of_no_tokens_is_refused() -> None:
+    """--max-total-tokens 0 is not a pool size."""
+    with pytest.raises(PlanInputError, match="--max-total-tokens 0 must be at least 1 token"):
+        DeviceMemory(GPU, 0, 0.9, fraction_given=True, max_total_tokens=0)

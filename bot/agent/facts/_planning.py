@@ -59,7 +59,9 @@ def plan_on(
     pool = DevicePool(tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token)
     device, device_missing = (None, None)
     if capacity.device_tokens is None:
-        device, device_missing = device_memory(snap.topology, snap.gpus, model)
+        device, device_missing = device_memory(
+            snap.topology, snap.gpus, model, hints.max_total_tokens
+        )
     if capacity.kv_gib is not None:
         pool = DevicePool.from_log(capacity.device_tokens, capacity.kv_gib)
     draft = capacity.draft_kv_gib
@@ -86,7 +88,7 @@ def plan_on(
 
 
 def device_memory(
-    topology: Topology, gpus: GpuFacts, model: ModelFiles
+    topology: Topology, gpus: GpuFacts, model: ModelFiles, max_total_tokens: int | None = None
 ) -> tuple[DeviceMemory | None, str | None]:
     """What the planner needs to estimate a device pool no start has logged: the smallest GPU's
     memory (NVML), the weights per rank and the fraction; else None and what is missing."""
@@ -106,6 +108,7 @@ def device_memory(
             if fraction is not None
             else default_mem_fraction_static(gpu_bytes, topology.tp, topology.pp),
             fraction_given=fraction is not None,
+            max_total_tokens=max_total_tokens,
         ), None
     except PlanInputError as exc:
         return None, str(exc)

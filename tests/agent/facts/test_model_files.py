@@ -1,5 +1,6 @@
-"""Tests for reading the model directory of ``--model-path``: the KV shape from config.json and
-the weights' size from the safetensors index or files, each written here in ``tmp_path``."""
+"""Tests for what an estimate reads besides the GPUs: the model directory of ``--model-path``
+(the KV shape from config.json, the weights' size from the safetensors index or files, each
+written here in ``tmp_path``) and the command line's ``--max-total-tokens``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 
 from bot.agent.facts._model_files import read_model_files
+from bot.agent.facts._sources import ModelHints, model_hints
 from bot.sim import model_dir
 
 # Kimi-K2.5's checkpoint, as its index says: 8 ranks x 72.33 GiB.
@@ -78,3 +80,11 @@ def test_an_empty_directory_says_there_are_no_weights(tmp_path: Path) -> None:
     assert files.missing == (
         f"{tmp_path} has no model.safetensors.index.json and no *.safetensors files",
     )
+
+
+def test_the_command_lines_cap_on_the_device_pool_is_read() -> None:
+    """--max-total-tokens, spaced or with '=', the last one winning; a non-number is no cap."""
+    assert model_hints(["--max-total-tokens", "8192", "--max-total-tokens=16384"]) == ModelHints(
+        max_total_tokens=16_384
+    )
+    assert model_hints(["--max-total-tokens", "lots"]).max_total_tokens is None
