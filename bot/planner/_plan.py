@@ -184,7 +184,12 @@ def make_plan(
     if not math.isfinite(headroom_gb) or headroom_gb < 0:
         raise PlanInputError(f"headroom must be a number of GB >= 0, not {headroom_gb!r}")
     per_token, bpt_warnings = _bytes_per_token(server)
-    estimate, server = with_estimated_pool(server, None if per_token is None else per_token.value)
+    estimate: DevicePoolEstimate | str | None = None
+    if request.size_gb is None:
+        # Only a ratio needs the pool. An upper bound must never refuse a size: SGLang <= 0.5.12
+        # compares the host pool with the real device pool, which can be far smaller.
+        bytes_per_token = None if per_token is None else per_token.value
+        estimate, server = with_estimated_pool(server, bytes_per_token)
     pool = _resolved_pool(server, per_token)
     free_after_stop = memory.available_bytes + memory.server_held_bytes
     if memory.cgroup_limit_bytes is not None:
@@ -200,7 +205,7 @@ def make_plan(
         notes.append(f"ratio multiplies {ratio_pool}")
     if per_token is not None:
         notes.append(f"KV bytes per token {per_token.value:,}: {per_token.note}")
-    if isinstance(estimate, DevicePoolEstimate) and request.size_gb is None:
+    if isinstance(estimate, DevicePoolEstimate):
         notes.append(estimate.describe())
 
     refused_by: RefusedBy | None = None

@@ -158,6 +158,18 @@ def test_a_size_needs_no_estimate() -> None:
     plan = make_plan(ChangeRequest(size_gb=48), kimi(), HostMemory(445 * GB))
     assert plan.per_rank_bytes == (int(48 * GB // KIMI_BYTES) + 1) * KIMI_BYTES
     assert not any(n.startswith("device pool estimated") for n in plan.notes)
+    assert plan.device_pool_source is None
+
+
+def test_a_small_size_is_not_refused_against_the_upper_bound() -> None:
+    """SGLang 0.5.9 refuses a host pool not larger than the device pool; size 12 GB/rank holds
+    170,765 tokens, fewer than the estimate's 209,119 but more than the 159,274 the field notes'
+    host logged: the estimate, an upper bound, must not refuse it."""
+    plan = make_plan(ChangeRequest(size_gb=12), kimi(), HostMemory(445 * GB))
+    host_tokens = int(12 * GB // KIMI_BYTES) + 1
+    assert 159_274 < host_tokens < sglang_tokens(GPU, 0.896, KIMI_WEIGHTS // 8, KIMI_BYTES)
+    assert plan.per_rank_tokens == host_tokens
+    assert plan.verdict is Verdict.FITS
 
 
 @pytest.mark.parametrize(
