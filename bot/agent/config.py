@@ -9,6 +9,10 @@ with the section, the key and what was expected (``bot.settings.Section``)::
     state_dir = "/var/lib/kimi-ops/agent"
 
 gives ``AgentSettings(backend="process", command=("python", ...), listen_port=7300, ...)``.
+
+Transport: ``tls_cert`` and ``tls_key`` (PEM paths, both or neither) make the agent serve HTTPS;
+``allow_plaintext = true`` lets it listen on a non-loopback address without them (see
+:mod:`bot.agent.tls` for the rule and ``docs/security.md`` for why).
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ _KNOWN_KEYS = (
     "guard_floor_gb",
     "host_name",
     "env",
+    "tls_cert",
+    "tls_key",
+    "allow_plaintext",
 )
 
 
@@ -107,11 +114,19 @@ class AgentSettings:
     guard: GuardSettings = field(default_factory=GuardSettings)
     host_name: str = "localhost"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow_plaintext: bool = False
 
     @property
     def listen(self) -> str:
         """``host:port`` as written in the config (port 0 = the OS picks a free one)."""
         return f"{self.listen_host}:{self.listen_port}"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the agent serves HTTPS (both PEM paths are set)."""
+        return self.tls_cert is not None and self.tls_key is not None
 
 
 def load_agent_settings(path: Path, environ: Mapping[str, str]) -> AgentSettings:
@@ -127,6 +142,7 @@ def agent_settings_from_config(
     listen_host, listen_port = _parse_listen(section.text("listen", "127.0.0.1:7300"))
     token_env = section.text("token_env", "KIMI_AGENT_TOKEN")
     token = secret_from_env(environ, token_env, "the token the bot sends to this agent")
+    tls_cert, tls_key = _tls_paths(section)
     backend = section.choice("backend", ("process", "systemd"), "process")
     command = tuple(section.text_list("command", []))
     if backend == "process" and not command:
@@ -168,7 +184,24 @@ def agent_settings_from_config(
         ),
         host_name=section.text("host_name", socket.gethostname()),
         env=MappingProxyType(env),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        allow_plaintext=section.flag("allow_plaintext", False),
     )
+
+
+def _tls_paths(section: Section) -> tuple[Path | None, Path | None]:
+    cert, key = section.optional_text("tls_cert"), section.optional_text("tls_key")
+    if (cert is None) != (key is None):
+        given, missing = ("tls_cert", "tls_key") if key is None else ("tls_key", "tls_cert")
+        raise ConfigError(
+            f"[agent] {given} is set but {missing} is not; give both PEM paths "
+            "(`kimi-ops agent gen-cert --out DIR` writes a pair)"
+        )
+    for key_name, value in (("tls_cert", cert), ("tls_key", key)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"[agent] {key_name} is empty; give the PEM file's path")
+    return (Path(cert) if cert else None), (Path(key) if key else None)
 
 
 def _positive(section: Section, key: str, default: float) -> float:
