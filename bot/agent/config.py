@@ -12,7 +12,8 @@ gives ``AgentSettings(backend="process", command=("python", ...), listen_port=73
 
 Transport: ``tls_cert`` and ``tls_key`` (PEM paths, both or neither) make the agent serve HTTPS;
 ``allow_plaintext = true`` lets it listen on a non-loopback address without them (see
-:mod:`bot.agent.tls` for the rule and ``docs/security.md`` for why).
+:mod:`bot.agent.tls` for the rule and ``docs/security.md`` for why). The token variable may hold
+several tokens, named and read-only ones among them (:mod:`bot.agent.tokens`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bot.agent.tokens import TokenSet, parse_tokens
 from bot.errors import ConfigError
-from bot.settings import Secret, Section, load_config, secret_from_env
+from bot.settings import Section, load_config, secret_from_env
 
 __all__ = [
     "DEFAULT_GUARD_FLOOR_GB",
@@ -89,7 +91,7 @@ class GuardSettings:
 class AgentSettings:
     """Everything the agent is configured with. Paths are as given (relative = to the cwd)."""
 
-    token: Secret = field(repr=False)
+    tokens: TokenSet = field(repr=False)
     listen_host: str = "127.0.0.1"
     listen_port: int = 7300
     token_env: str = "KIMI_AGENT_TOKEN"
@@ -141,7 +143,10 @@ def agent_settings_from_config(
     section = Section(config, "agent", _KNOWN_KEYS)
     listen_host, listen_port = _parse_listen(section.text("listen", "127.0.0.1:7300"))
     token_env = section.text("token_env", "KIMI_AGENT_TOKEN")
-    token = secret_from_env(environ, token_env, "the token the bot sends to this agent")
+    tokens = parse_tokens(
+        secret_from_env(environ, token_env, "the token the bot sends to this agent").reveal(),
+        token_env,
+    )
     tls_cert, tls_key = _tls_paths(section)
     backend = section.choice("backend", ("process", "systemd"), "process")
     command = tuple(section.text_list("command", []))
@@ -155,7 +160,7 @@ def agent_settings_from_config(
     log_file = Path(section.text("log_file", str(state_dir / "server.log")))
     sim_state = section.optional_text("sim_state_dir") or env.get("KIMI_SIM_STATE_DIR")
     return AgentSettings(
-        token=token,
+        tokens=tokens,
         listen_host=listen_host,
         listen_port=listen_port,
         token_env=token_env,
