@@ -34,9 +34,7 @@ FINAL = {"ready", "failed", "rolled_back"}
 
 
 @contextlib.contextmanager
-def agent_with_tokens(
-    tmp_path: Path, tokens: str, serving: bool = False
-) -> Iterator[httpx.Client]:
+def agent_with_tokens(tmp_path: Path, tokens: str, serving: bool = False) -> Iterator[httpx.Client]:
     """The agent's API with ``tokens`` in its token variable; yields a client without a token.
     ``serving``: the simulated server is started first (directly, not by an operation)."""
     settings = load_agent_settings(write_config(tmp_path), {TOKEN_ENV: tokens})
