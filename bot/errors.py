@@ -22,6 +22,7 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   └── PlanRefused ......... the planner's verdict is "refused" (carries the Plan)
     ├── AgentError .............. the bot could not get an answer it can use from an agent
     │   ├── AgentUnreachable .... connection refused, timeout, DNS
+    │   │   └── AgentCertificateError  the agent's TLS certificate is not the one trusted
     │   ├── AgentAuthError ...... 401 from the agent
     │   ├── AgentUnavailable .... 503: the agent answered, its host or state could not
     │   └── AgentRejected ....... 4xx with a reason from the agent (``body`` as sent)
@@ -50,6 +51,7 @@ from typing import Any
 __all__ = [
     "AgentAuthError",
     "AgentBusy",
+    "AgentCertificateError",
     "AgentError",
     "AgentNotFound",
     "AgentPlanRefused",
@@ -169,6 +171,11 @@ class AgentError(KimiOpsError):
 
 class AgentUnreachable(AgentError):
     """The agent did not answer (connection refused, timeout, name resolution)."""
+
+
+class AgentCertificateError(AgentUnreachable):
+    """The agent's TLS certificate is not the pinned one, or does not verify: the connection
+    was closed in the handshake, before any request was sent."""
 
 
 class AgentAuthError(AgentError):

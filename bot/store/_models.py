@@ -147,6 +147,8 @@ class OperationRow(Base):
     last_event_seq: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The name of the agent token that started it (migration 0003); None when unnamed.
+    caller: Mapped[str | None] = mapped_column(String(USER))
 
     __table_args__ = (
         UniqueConstraint("host", "agent_operation_id"),

@@ -131,7 +131,8 @@ class ProposalRecord:
 class OperationRecord:
     """An operation run by an agent (resize, restart, rollback) and the Slack message showing it.
 
-    ``agent_operation_id`` is the agent's own id for it (``GET /v1/operations/{id}``).
+    ``agent_operation_id`` is the agent's own id for it (``GET /v1/operations/{id}``);
+    ``caller`` the name of the agent token that started it (None when the token had none).
     """
 
     id: int
@@ -145,6 +146,7 @@ class OperationRecord:
     last_event_seq: int
     started_at: datetime
     finished_at: datetime | None
+    caller: str | None = None
 
 
 @dataclass(frozen=True)

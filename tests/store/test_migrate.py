@@ -100,6 +100,10 @@ SEED_ROWS["0002"] = {
     ],
     "operations": [{**SEED_ROWS["0001"]["operations"][0], "agent_operation_id": 2**62}],
 }  # fmt: skip
+SEED_ROWS["0003"] = {
+    **SEED_ROWS["0002"],
+    "operations": [{**SEED_ROWS["0002"]["operations"][0], "caller": "slack-bot"}],
+}
 
 # Columns a migration converts on purpose: (table, column) -> how a value from before it reads.
 CONVERTED: dict[str, dict[tuple[str, str], Callable[[Any], Any]]] = {
