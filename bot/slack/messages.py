@@ -97,6 +97,11 @@ def _clock(seconds: float) -> str:
     return f"{whole // 60}:{whole % 60:02d}"
 
 
+def _duration(seconds: float) -> str:
+    """``12.0 s`` under a minute and a half, else ``~10 min``."""
+    return f"{seconds:.1f} s" if seconds < 90 else f"~{round(seconds / 60)} min"
+
+
 def _eta(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -115,11 +120,8 @@ def _proposal_head(reply: ProposalReply) -> str:
 
 
 def _plan_fields(plan: AgentPlan) -> Block:
-    startup = (
-        f"~{_clock(plan.expected_startup_s)}"
-        if plan.expected_startup_s is not None
-        else "no estimate"
-    )
+    expected = plan.expected_startup_s
+    startup = "no estimate yet" if expected is None else _duration(expected)
     return fields(
         [
             f"*Per rank*\n{_count(plan.per_rank_tokens)} tokens, {_num(plan.per_rank_gb)} GB",
@@ -203,20 +205,25 @@ def _doing(view: ProgressView) -> str:
     return label
 
 
+_DONE_LABEL = {
+    EventPhase.STOPPING: "stopped the old server",
+    EventPhase.WAITING_GPUS: "GPUs free",
+    EventPhase.STARTING: "process started",
+}
+
+
 def _done_line(done: PhaseDone) -> str:
     data = done.data
-    if done.phase is EventPhase.WAITING_GPUS and "stop_s" in data:
-        return f"✓ stopped old server ({float(data['stop_s']):.1f} s)"
-    if done.phase is EventPhase.STARTING and "gpus_free_s" in data:
-        return f"✓ GPUs free after {float(data['gpus_free_s']):.1f} s; started ({done.seconds} s)"
     if done.phase is EventPhase.KV_POOL and "device_tokens" in data:
-        return f"✓ KV pool: {int(data['device_tokens']):,} device tokens ({done.seconds} s)"
-    if done.phase is EventPhase.HOST_POOL and "host_gb_per_rank" in data:
-        return (
-            f"✓ host pool: {float(data['host_gb_per_rank']):.2f} GB per rank x "
-            f"{data.get('ranks', '?')} ranks, pinned ({done.seconds} s)"
+        what = f"KV pool: {int(data['device_tokens']):,} device tokens"
+    elif done.phase is EventPhase.HOST_POOL and "host_gb_per_rank" in data:
+        what = (
+            f"host pool: {float(data['host_gb_per_rank']):.2f} GB per rank x "
+            f"{data.get('ranks', '?')} ranks, pinned"
         )
-    return f"✓ {PHASE_LABEL.get(done.phase, str(done.phase))} ({done.seconds} s)"
+    else:
+        what = _DONE_LABEL.get(done.phase) or PHASE_LABEL.get(done.phase, str(done.phase))
+    return f"✓ {what} ({_duration(done.seconds)})"
 
 
 def _bar_line(view: ProgressView) -> str:
@@ -241,7 +248,8 @@ def _final_fields(view: ProgressView) -> Block | None:
             f"*GB per rank*\n{_num(final.host_gb_per_rank)} logged, "
             f"{_num(final.planned_gb_per_rank)} planned",
             f"*Host pool total*\n{final.ranks or '?'} ranks, {_num(final.host_gb_total, 1)} GB",
-            f"*Startup*\n{_num(final.startup_s, 0)} s",
+            f"*Startup*\n{_num(final.startup_s, 0)} s"
+            + ("" if final.startup_s is None else f" ({_duration(final.startup_s)})"),
         ]
     )
 
@@ -348,7 +356,7 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
         section(
             f"*{answer.host}*{default}: server {status.server_state}, health "
             f"{status.health_code or 'none'}, SGLang {status.version or '?'}, up "
-            f"{_clock(status.uptime_s or 0)}\nhicache *{status.effective or 'unknown'}*"
+            f"{_duration(status.uptime_s or 0)}\nhicache *{status.effective or 'unknown'}*"
         ),
         fields(
             [
