@@ -44,10 +44,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         tokens = read_tokens(env, http=args.http)
     except ConfigError as exc:
@@ -56,6 +52,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     if args.http and not 0 <= args.port <= 65535:
         print(f"kimi-ops bot: --port {args.port} is not a TCP port (0 to 65535)", file=sys.stderr)
         return EXIT_USAGE
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     path = find_config_path(args.config, env)
     config = load_config(path)
     chat = load_chat_settings(config, path)
