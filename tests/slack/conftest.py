@@ -1,5 +1,6 @@
 """Fixtures for the Slack app's tests: the stand-ins, a migrated store, and one real agent on
-the simulator shared by a module's tests (each start of it costs seconds)."""
+the simulator shared by all of them (each start of it costs seconds; every test leaves it
+idle, its operation ended)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield the_store
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kimi_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     """The field notes' host (449 GB, TP 8, SGLang 0.5.9) serving ratio 2, and its agent."""
     with agent_on_sim(tmp_path_factory.mktemp("kimi-01"), SimHost()) as agent:
