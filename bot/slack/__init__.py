@@ -6,7 +6,7 @@ Web API, with every word in :mod:`bot.slack.messages`::
 
     bot = build_bot(chat_settings, slack_settings, read_tokens(os.environ, http=True), store,
                     os.environ)
-    bot.core.resume()
+    bot.start()                         # resumes unfinished watches
     HttpServer(bot.app, bind("0.0.0.0", 3000)).run()
 """
 

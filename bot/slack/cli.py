@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
         bot = build_bot(chat, slack, tokens, store, env)
         try:
-            bot.core.resume()
+            bot.start()
             if sock is not None:
                 server = HttpServer(bot.app, sock)
                 print(f"kimi-ops bot: listening on {server.url}", file=sys.stderr, flush=True)

@@ -56,6 +56,13 @@ _FINAL_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True)
+class _Posted:
+    reply: ProposalReply
+    channel: str
+    ts: str
+
+
+@dataclass(frozen=True)
 class Origin:
     """Where a command came from: its channel, its sender and the ``response_url`` it carries."""
 
@@ -81,7 +88,8 @@ class SlackFrontEnd:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._posting: dict[tuple[str, int], threading.Lock] = {}
-        self._proposals: dict[int, ProposalReply] = {}  # posted by this process, to close them
+        # Open proposals this process posted, to close them when they expire or go void.
+        self._proposals: dict[int, _Posted] = {}
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -128,7 +136,9 @@ class SlackFrontEnd:
             self._close(reply.proposal_id, messages.cancelled_line(reply.by))
         else:
             assert isinstance(reply, OperationReply)
-            # Nothing to say: the operation's own message (the proposal's) shows it from now on.
+            # The operation's own message (the proposal's) shows it from now on; every other
+            # open proposal on that host is void.
+            self._void_others(reply)
 
     def _post_proposal(self, origin: Origin, reply: ProposalReply) -> None:
         channel = self.channel_for(origin)
@@ -140,7 +150,27 @@ class SlackFrontEnd:
         self._book.attach_proposal(reply.id, posted)
         if reply.plan.fits:
             with self._lock:
-                self._proposals[reply.id] = reply
+                self._proposals[reply.id] = _Posted(reply, channel, posted)
+
+    def _void_others(self, reply: OperationReply) -> None:
+        place = self._book.operation(reply.watch.host, reply.operation.id)
+        started = reply.operation.created_at
+        with self._lock:
+            on_host = [p for p in self._proposals.values() if p.reply.host == reply.watch.host]
+        for posted in on_host:
+            if place is not None and posted.ts == place.ts:
+                with self._lock:
+                    self._proposals.pop(posted.reply.id, None)  # it became the operation's
+            else:
+                self._close(posted.reply.id, messages.void_line(posted.reply.host, started))
+
+    def expire(self, now: datetime) -> int:
+        """Close every open proposal of this process whose time is up; how many were closed."""
+        with self._lock:
+            due = [p for p in self._proposals.values() if p.reply.expires_at <= now]
+        for posted in due:
+            self._close(posted.reply.id, messages.expired_line(posted.reply.expires_at))
+        return len(due)
 
     def _close_refused(self, reply: RefusalReply) -> None:
         refusal = reply.refusal
@@ -158,7 +188,8 @@ class SlackFrontEnd:
             return
         with self._lock:
             shown = self._proposals.pop(proposal_id, None)
-        self._update(place.channel, place.ts, messages.closed_proposal(shown, proposal_id, why))
+        reply = None if shown is None else shown.reply
+        self._update(place.channel, place.ts, messages.closed_proposal(reply, proposal_id, why))
 
     def _visible(self, origin: Origin, pages: list[SlackMessage]) -> None:
         """The first page in the channel, the others in its thread."""

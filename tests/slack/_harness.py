@@ -123,7 +123,7 @@ def http_bot(
     """The bot in HTTP mode, uvicorn on a free port, resuming what the store holds."""
     bot = _build(slack, settings, store, clock, http=True)
     server = HttpServer(bot.app, bind("127.0.0.1", 0)).start()
-    bot.core.resume()
+    bot.start()
     try:
         yield RunningBot(bot, slack, url=server.url, server=server)
     finally:
@@ -140,7 +140,7 @@ def socket_bot(
     handler = SocketModeHandler(bot.app, app_token=slack.app_token)
     handler.connect()  # type: ignore[no-untyped-call]
     socket_mode.wait_for_connection()
-    bot.core.resume()
+    bot.start()
     try:
         yield RunningBot(bot, slack, socket=handler)
     finally:

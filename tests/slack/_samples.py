@@ -24,7 +24,7 @@ from bot.vocab import EventPhase, OperationState, ServerState
 GOLDEN = Path(__file__).resolve().parent / "golden"
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
-_PLAN = {
+PLAN = {
     "verdict": "fits",
     "reason": "ratio 4 needs 8 ranks x 44.77 GB = 358.2 GB; 596.0 GB free after stop (396.0 "
     "available + 200.0 released by the restart) - 10.7 GB SGLang reserve - 40.0 GB headroom "
@@ -44,7 +44,7 @@ _PLAN = {
     "warnings": [],
 }
 _REFUSED = {
-    **_PLAN,
+    **PLAN,
     "verdict": "refused",
     "setting": "size 300 GB per rank",
     "request": {"size_gb": 300},
@@ -57,7 +57,7 @@ _REFUSED = {
 WATCH = Watch("kimi-01", 7, "Resize kimi-01: hicache ratio 4 x device pool", "U0BEN", "U0ANA")
 
 
-def proposal_reply(plan: dict[str, Any] = _PLAN, pid: int = 12) -> ProposalReply:
+def proposal_reply(plan: dict[str, Any] = PLAN, pid: int = 12) -> ProposalReply:
     return ProposalReply(
         id=pid,
         host="kimi-01",
