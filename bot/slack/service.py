@@ -61,7 +61,7 @@ class SlackBot:
 
     def close(self) -> None:
         self._stop.set()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.executor.shutdown(wait=True, cancel_futures=True)  # let running commands end
         self.core.close()
 
 

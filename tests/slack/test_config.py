@@ -106,3 +106,18 @@ def test_the_cli_lists_the_bot_command(tmp_path: Path) -> None:
     args = _args("--http", "--port", "0", "--config", str(tmp_path / "k.toml"))
     assert args.http
     assert args.port == 0
+
+
+def test_the_example_config_documents_a_slack_table_the_app_reads() -> None:
+    """deploy/kimi-ops.example.toml's [slack] (its keys commented out) loads; with the keys
+    uncommented it gives Slack's URL and a channel id."""
+    import tomllib
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "kimi-ops.example.toml"
+    text = example.read_text(encoding="utf-8")
+    assert load_slack_settings(tomllib.loads(text), {}).channel is None
+    table = text.split("[slack]", 1)[1].split("\n[", 1)[0]
+    keys = "\n".join(line.removeprefix("# ") for line in table.splitlines() if " = " in line)
+    loaded = load_slack_settings({"slack": tomllib.loads(keys)}, {})
+    assert loaded.api_url == "https://slack.com/api/"
+    assert loaded.channel == "C0123456789"
