@@ -19,7 +19,10 @@ from bot.chat.agent_views import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
 from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
-from bot.chat.wording import hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import clock as _clock
+from bot.chat.wording import count as _count
+from bot.chat.wording import figure as _num
 from bot.slack._blocks import (
     Block,
     SlackMessage,
@@ -51,26 +54,6 @@ __all__ = [
 
 HISTORY_PAGE_ROWS = 20  # rows of one history message; more go to its thread
 
-PHASE_LABEL: dict[EventPhase, str] = {
-    EventPhase.PLANNED: "planned",
-    EventPhase.STOPPING: "stopping the server",
-    EventPhase.WAITING_GPUS: "waiting for the GPUs to free",
-    EventPhase.STARTING: "starting",
-    EventPhase.INIT: "init",
-    EventPhase.LOAD_WEIGHTS: "loading weights",
-    EventPhase.KV_POOL: "KV pool",
-    EventPhase.CUDA_GRAPH: "CUDA graphs",
-    EventPhase.HOST_POOL: "host pool",
-    EventPhase.HTTP: "HTTP up",
-    EventPhase.WARMUP: "warmup",
-    EventPhase.VERIFYING: "verifying",
-    EventPhase.READY: "ready",
-    EventPhase.STALLED: "stalled",
-    EventPhase.ROLLING_BACK: "rolling back",
-    EventPhase.ROLLED_BACK: "rolled back",
-    EventPhase.FAILED: "failed",
-}
-
 _NOTICE = {
     OperationState.STALLED: ":warning: stalled: the server lives but its log has not moved",
     OperationState.ROLLING_BACK: ":x: failed to start; rolling back to the last config that ran",
@@ -82,19 +65,6 @@ _NOTICE = {
 
 def _who(user: str | None) -> str:
     return f"<@{user}>" if user else "someone"
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "?" if value is None else f"{value:,.{digits}f}"
-
-
-def _count(value: int | None) -> str:
-    return "?" if value is None else f"{value:,}"
-
-
-def _clock(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 60}:{whole % 60:02d}"
 
 
 def _duration(seconds: float) -> str:

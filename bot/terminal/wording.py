@@ -31,7 +31,10 @@ from bot.chat.replies import (
     StatusReply,
     UsageReply,
 )
-from bot.chat.wording import hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import clock as _clock
+from bot.chat.wording import count as _count
+from bot.chat.wording import figure as _num
 from bot.vocab import EventPhase, OperationState
 
 __all__ = [
@@ -42,39 +45,6 @@ __all__ = [
     "stopped_watching_line",
     "unreachable_line",
 ]
-
-PHASE_LABEL: dict[EventPhase, str] = {
-    EventPhase.PLANNED: "planned",
-    EventPhase.STOPPING: "stopping the server",
-    EventPhase.WAITING_GPUS: "waiting for the GPUs to free",
-    EventPhase.STARTING: "starting",
-    EventPhase.INIT: "init",
-    EventPhase.LOAD_WEIGHTS: "loading weights",
-    EventPhase.KV_POOL: "KV pool",
-    EventPhase.CUDA_GRAPH: "CUDA graphs",
-    EventPhase.HOST_POOL: "host pool",
-    EventPhase.HTTP: "HTTP up",
-    EventPhase.WARMUP: "warmup",
-    EventPhase.VERIFYING: "verifying",
-    EventPhase.READY: "ready",
-    EventPhase.STALLED: "stalled",
-    EventPhase.ROLLING_BACK: "rolling back",
-    EventPhase.ROLLED_BACK: "rolled back",
-    EventPhase.FAILED: "failed",
-}
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "?" if value is None else f"{value:,.{digits}f}"
-
-
-def _count(value: int | None) -> str:
-    return "?" if value is None else f"{value:,}"
-
-
-def _clock(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 60}:{whole % 60:02d}"
 
 
 def _eta(seconds: float | None) -> str:
