@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 
 from slack_bolt.adapter.socket_mode import SocketModeHandler
@@ -75,8 +77,20 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             else:
                 assert tokens.app is not None
                 print("kimi-ops bot: connecting in Socket Mode", file=sys.stderr, flush=True)
-                handler = SocketModeHandler(bot.app, app_token=tokens.app.reveal())
-                handler.start()  # type: ignore[no-untyped-call]
+                _serve_socket_mode(SocketModeHandler(bot.app, app_token=tokens.app.reveal()))
         finally:
             bot.close()
     return 0
+
+
+def _serve_socket_mode(handler: SocketModeHandler) -> None:
+    """Connect and stay connected until SIGINT or SIGTERM, then close the connection (the
+    handler's own ``start`` would wait forever and die on SIGTERM without closing anything)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    handler.connect()  # type: ignore[no-untyped-call]
+    try:
+        stop.wait()
+    finally:
+        handler.close()  # type: ignore[no-untyped-call]
