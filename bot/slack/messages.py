@@ -4,10 +4,15 @@ The figures and sentences come from the core (the terminal shows the same ones);
 only lays them out for Slack. Each function returns a :class:`SlackMessage` whose fallback
 ``text`` reads well in a notification preview. A proposal that fits, as the channel sees it::
 
-    Proposal #12 for kimi-01: hicache ratio 2 x device pool -> ratio 4  (by @ben)
-    per rank 637,097 tokens, 44.77 GB | all ranks 8 x ... = 358.2 GB | ...
+    Proposal #12 for kimi-01: hicache ratio 2 x device pool -> ratio 4 x device pool
+      (asked by @ben)
+    Per rank 637,097 tokens, 44.77 GB    All ranks 8 x 44.77 GB = 358.2 GB
+    RAM after the stop 596.0 GB free     Budget 545.3 GB    Spare 187.1 GB ...
     FITS: ratio 4 needs 8 ranks x 44.77 GB = 358.2 GB; ...
-    [Apply] [Cancel]            expires 10:15 UTC
+    [Apply] [Cancel]
+    Apply re-checks the host first. Expires 10:15 UTC.
+
+``tests/slack/golden/`` holds every kind as JSON.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from bot.vocab import EventPhase, OperationState
 
 __all__ = [
     "HISTORY_PAGE_ROWS",
+    "cancelled_line",
     "closed_proposal",
     "ephemeral",
+    "expired_line",
     "help_message",
     "history_pages",
     "hosts_message",
@@ -50,6 +57,7 @@ __all__ = [
     "proposal",
     "status_card",
     "unreachable",
+    "void_line",
 ]
 
 HISTORY_PAGE_ROWS = 20  # rows of one history message; more go to its thread
