@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from bot.chat.policy import Action, Refusal, RefusalKind
+from bot.chat.progress import ProgressView
 from bot.vocab import EventPhase
 
-__all__ = ["PHASE_LABEL", "clock", "count", "figure", "hhmm", "refusal_text"]
+__all__ = ["PHASE_LABEL", "clock", "count", "doing", "figure", "hhmm", "refusal_text"]
 
 _VERB = {
     Action.APPLY: "apply proposals",
@@ -58,6 +59,16 @@ def clock(seconds: float) -> str:
     """``6:12``: minutes and seconds."""
     whole = int(seconds)
     return f"{whole // 60}:{whole % 60:02d}"
+
+
+def doing(view: ProgressView) -> str:
+    """What an operation is doing now: ``loading weights 29/64 shards``."""
+    label = PHASE_LABEL.get(view.phase, str(view.phase)) if view.phase else "waiting"
+    if view.phase is EventPhase.LOAD_WEIGHTS and view.shard is not None:
+        return f"{label} {view.shard[0]}/{view.shard[1]} shards"
+    if view.phase is EventPhase.CUDA_GRAPH and view.graphs is not None:
+        return f"{label} {view.graphs[0]}/{view.graphs[1]}"
+    return label
 
 
 def hhmm(at: datetime | None) -> str:

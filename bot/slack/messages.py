@@ -27,6 +27,7 @@ from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
 from bot.chat.wording import PHASE_LABEL, hhmm
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
+from bot.chat.wording import doing as _doing
 from bot.chat.wording import figure as _num
 from bot.slack._blocks import (
     Block,
@@ -172,15 +173,6 @@ def _title(watch: Watch) -> str:
     if watch.proposed_by:
         who.append(f"proposed by {_who(watch.proposed_by)}")
     return f"*{watch.title}*" + (f" ({', '.join(who)})" if who else "")
-
-
-def _doing(view: ProgressView) -> str:
-    label = PHASE_LABEL.get(view.phase, str(view.phase)) if view.phase else "waiting"
-    if view.phase is EventPhase.LOAD_WEIGHTS and view.shard is not None:
-        return f"{label} {view.shard[0]}/{view.shard[1]} shards"
-    if view.phase is EventPhase.CUDA_GRAPH and view.graphs is not None:
-        return f"{label} {view.graphs[0]}/{view.graphs[1]}"
-    return label
 
 
 _DONE_LABEL = {

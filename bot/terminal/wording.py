@@ -34,6 +34,7 @@ from bot.chat.replies import (
 from bot.chat.wording import PHASE_LABEL, hhmm
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
+from bot.chat.wording import doing as _doing
 from bot.chat.wording import figure as _num
 from bot.vocab import EventPhase, OperationState
 
@@ -191,15 +192,6 @@ def _who(watch: Watch) -> str:
     if watch.proposed_by:
         parts.append(f"proposed by {watch.proposed_by}")
     return f" ({', '.join(parts)})" if parts else ""
-
-
-def _doing(view: ProgressView) -> str:
-    label = PHASE_LABEL.get(view.phase, str(view.phase)) if view.phase else "waiting"
-    if view.phase is EventPhase.LOAD_WEIGHTS and view.shard is not None:
-        return f"{label} {view.shard[0]}/{view.shard[1]} shards"
-    if view.phase is EventPhase.CUDA_GRAPH and view.graphs is not None:
-        return f"{label} {view.graphs[0]}/{view.graphs[1]}"
-    return label
 
 
 def _done_line(done: PhaseDone) -> str:
