@@ -27,10 +27,17 @@ _FONT = 15
 _DRAWING = threading.Lock()
 
 
+#: The shortest span drawn: a first report, with one sample, still gets a readable time axis.
+MIN_SPAN = timedelta(hours=1)
+
+
 def chart_window(samples: Sequence[CapacitySample], now: datetime, hours: int) -> datetime:
-    """Where the chart starts: ``hours`` ago, or at the first sample when that is later."""
+    """Where the chart starts: ``hours`` ago, or at the first sample when that is later (but
+    at least :data:`MIN_SPAN` before ``now``)."""
     start = now - timedelta(hours=hours)
-    return max(start, samples[0].at) if samples else start
+    if not samples:
+        return start
+    return min(max(start, samples[0].at), now - MIN_SPAN)
 
 
 def alt_text(host: str, samples: Sequence[CapacitySample], changes: Sequence[ConfigChange]) -> str:
