@@ -28,10 +28,15 @@ from bot.chat.replies import (
     ProposalReply,
     RefusalReply,
     Reply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
     StatusReply,
     UsageReply,
 )
 from bot.chat.wording import hhmm
+from bot.terminal.report_wording import report_reply_lines
 from bot.vocab import EventPhase, OperationState
 
 __all__ = [
@@ -110,6 +115,10 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
+    if isinstance(
+        reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
+    ):
+        return report_reply_lines(reply)
     assert isinstance(reply, NotYetReply)
     return [reply.text]
 
