@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("bot.store.history_cli", "the audit of applied configurations"),
     "chat": ("bot.terminal.cli", "the bot's commands from a terminal (status, resize, apply ...)"),
     "demo": ("bot.demo.cli", "the bot on a simulated host: a scripted session, then a prompt"),
+    "report": ("bot.reports.runtime.cli", "capacity report of the configured hosts, and a chart"),
 }
 
 
