@@ -28,7 +28,7 @@ _DRAWING = threading.Lock()
 
 
 #: The shortest span drawn: a first report, with one sample, still gets a readable time axis.
-MIN_SPAN = timedelta(hours=1)
+MIN_SPAN = timedelta(minutes=10)
 
 
 def chart_window(samples: Sequence[CapacitySample], now: datetime, hours: int) -> datetime:

@@ -39,11 +39,11 @@ def test_the_window_starts_at_the_first_sample_when_it_is_younger_than_a_day(
     store: Store,
 ) -> None:
     """36 samples every 5 minutes: the chart starts at the first, not 24 hours back; a lone
-    sample still gets an hour."""
+    sample still gets ten minutes."""
     samples = _stored(store)
     assert chart_window(samples, END, 24) == END - timedelta(minutes=5 * 35)
     assert chart_window([], END, 24) == END - timedelta(hours=24)
-    assert chart_window(samples[-1:], END, 24) == END - timedelta(hours=1)
+    assert chart_window(samples[-1:], END, 24) == END - timedelta(minutes=10)
 
 
 def test_a_config_change_in_the_window_changes_the_picture(store: Store) -> None:
