@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bot.errors import ConfigError
 from bot.reports import RecommendRules, ReportSettings, load_report_settings
+from bot.reports.settings import _KEYS
+from bot.settings import load_config
 
 
 def test_without_a_reports_section_every_default_applies() -> None:
@@ -45,3 +49,11 @@ def test_a_wrong_value_is_refused_naming_the_key(table: dict[str, object], named
     """A bad [reports] key or value stops the start with the key named."""
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
         load_report_settings({"reports": table})
+
+
+def test_the_example_config_documents_and_reads_every_reports_key() -> None:
+    """deploy/kimi-ops.example.toml's [reports] reads, and names every key the section takes."""
+    example = Path(__file__).parents[2] / "deploy" / "kimi-ops.example.toml"
+    assert load_report_settings(load_config(example)) == ReportSettings()
+    text = example.read_text(encoding="utf-8")
+    assert [key for key in _KEYS if f"{key} =" not in text] == []
