@@ -19,26 +19,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from bot.chat.agent_client import AgentClient
+from bot.clock import SystemClock
 from bot.reports.runtime import ServerMetricsSource, collect_reports
 from bot.settings import Secret
 
 TOKEN = "bench-t0ken"
-
-
-class _Clock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 def _status(name: str) -> dict[str, Any]:
@@ -86,7 +75,7 @@ def _stand_in(name: str, latency_s: float) -> Iterator[str]:
 def _time(names: list[str], clients: dict[str, AgentClient]) -> float:
     source = ServerMetricsSource({})
     started = time.perf_counter()
-    reports = collect_reports(names, clients, source, _Clock())
+    reports = collect_reports(names, clients, source, SystemClock())
     elapsed = time.perf_counter() - started
     assert all(r.answered for r in reports), [r.problem for r in reports if not r.answered]
     source.close()

@@ -412,14 +412,20 @@ def report(ctx: Context, actor: Actor, command: Report) -> Reply:
     return capacity_report(ctx, command.host)
 
 
-def _schedule(ctx: Context, actor: Actor, cadence: Cadence) -> Reply:
+def _scheduler_of(ctx: Context, actor: Actor) -> Reporter | ProblemReply | RefusalReply:
+    """The reporter when ``actor`` may change schedules here; else the reply saying why not."""
     if ctx.reporter is None:
         return ProblemReply(_NO_REPORTS)
     refusal = ctx.policy.may(actor, Action.SCHEDULE)
-    if refusal is not None:
-        return _refused(ctx, refusal)
-    found = ctx.reporter.schedule(ctx.channel, cadence, actor.id)
-    return ReportScheduledReply(found, cadence.shown, ctx.reporter.timezone)
+    return ctx.reporter if refusal is None else _refused(ctx, refusal)
+
+
+def _schedule(ctx: Context, actor: Actor, cadence: Cadence) -> Reply:
+    reporter = _scheduler_of(ctx, actor)
+    if isinstance(reporter, ProblemReply | RefusalReply):
+        return reporter
+    found = reporter.schedule(ctx.channel, cadence, actor.id)
+    return ReportScheduledReply(found, cadence.shown, reporter.timezone)
 
 
 def report_every(ctx: Context, actor: Actor, command: ReportEvery) -> Reply:
@@ -431,12 +437,10 @@ def report_daily(ctx: Context, actor: Actor, command: ReportDaily) -> Reply:
 
 
 def report_off(ctx: Context, actor: Actor, command: ReportOff) -> Reply:
-    if ctx.reporter is None:
-        return ProblemReply(_NO_REPORTS)
-    refusal = ctx.policy.may(actor, Action.SCHEDULE)
-    if refusal is not None:
-        return _refused(ctx, refusal)
-    return ReportStoppedReply(ctx.channel, ctx.reporter.unschedule(ctx.channel))
+    reporter = _scheduler_of(ctx, actor)
+    if isinstance(reporter, ProblemReply | RefusalReply):
+        return reporter
+    return ReportStoppedReply(ctx.channel, reporter.unschedule(ctx.channel))
 
 
 def report_schedules(ctx: Context, actor: Actor, command: ReportSchedules) -> Reply:
