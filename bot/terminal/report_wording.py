@@ -65,7 +65,7 @@ def _host(view: HostReportView) -> list[str]:
         for g in report.gpus
     )
     lines = [
-        f"{report.host}: capacity at {hhmm(report.at)} UTC, server {report.server_state}, "
+        f"{report.host}: capacity at {hhmm(report.at)}, server {report.server_state}, "
         f"SGLang {report.version or '?'}, up {_uptime(report.uptime_s)}",
         f"  hicache   {report.setting or 'unknown'}{revision}",
         f"  host RAM  {_gb(report.ram_total_gb)} total, {_gb(report.ram_available_gb)} "

@@ -79,12 +79,13 @@ class ReportDesk:
             return None
         samples = self.samples(report.host, report.at)
         start = chart_window(samples, report.at, self._settings.window_hours)
-        png = render_chart(report.host, samples, report.changes, start, report.at)
+        changes = tuple(c for c in report.changes if start <= c.at <= report.at)
+        png = render_chart(report.host, samples, changes, start, report.at)
         return ChartImage(
             host=report.host,
             png=png,
             filename=f"{report.host}-capacity-{report.at:%Y%m%d-%H%M}.png",
-            alt=alt_text(report.host, samples, report.changes),
+            alt=alt_text(report.host, samples, changes),
             size_px=CHART_PX,
         )
 
