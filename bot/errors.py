@@ -31,7 +31,8 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │       ├── AgentStale ...... 409: the facts changed since the plan's fingerprint
     │       └── AgentPlanRefused  422 with the Plan: the planner refused the change
     ├── StoreError .............. the database refused or failed a read or a write
-    │   └── MigrationError ...... the schema cannot be brought to the expected revision
+    │   ├── MigrationError ...... the schema cannot be brought to the expected revision
+    │   └── SchedulerLocked ..... another live bot process runs the report scheduler on it
     ├── SimError ................ the simulator was given a profile or a setting it cannot use
     └── DemoError ............... ``make demo``'s machine (agent, simulator) did not come up
 
@@ -76,6 +77,7 @@ __all__ = [
     "PlanRefused",
     "ProbeError",
     "RamProbeError",
+    "SchedulerLocked",
     "ServerControlError",
     "SimError",
     "StaleProposal",
@@ -230,6 +232,15 @@ class StoreError(KimiOpsError):
 
 class MigrationError(StoreError):
     """The schema cannot be brought to the expected revision."""
+
+
+class SchedulerLocked(StoreError):
+    """Another bot process, alive (its heartbeat is fresh), runs the report scheduler on this
+    database: a second would post every report twice."""
+
+    def __init__(self, message: str, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
 
 
 class SimError(KimiOpsError):

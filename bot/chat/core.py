@@ -60,11 +60,11 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     Restart: handlers.restart,
     Rollback: handlers.rollback,
     History: handlers.history,
-    Report: handlers.not_yet,
-    ReportEvery: handlers.not_yet,
-    ReportDaily: handlers.not_yet,
-    ReportOff: handlers.not_yet,
-    ReportSchedules: handlers.not_yet,
+    Report: handlers.report,
+    ReportEvery: handlers.report_every,
+    ReportDaily: handlers.report_daily,
+    ReportOff: handlers.report_off,
+    ReportSchedules: handlers.report_schedules,
 }
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "RefusalRow",
     "ReportScheduleRow",
     "RevisionRow",
+    "SchedulerLockRow",
 ]
 
 NAMING_CONVENTION: dict[str, str] = {
@@ -238,3 +239,14 @@ class ReportScheduleRow(Base):
         Index("ix_report_schedules_enabled_next_run_at", "enabled", "next_run_at"),
         Index("ix_report_schedules_channel", "channel"),
     )
+
+
+class SchedulerLockRow(Base):
+    """One row per scheduler name: the process that owns it and its last heartbeat."""
+
+    __tablename__ = "scheduler_locks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -27,6 +27,7 @@ __all__ = [
     "ReportSchedule",
     "RevisionOutcome",
     "RevisionRecord",
+    "SchedulerLease",
     "StoredEvent",
 ]
 
@@ -210,3 +211,13 @@ class ReportSchedule:
     created_by: str
     created_at: datetime
     enabled: bool
+
+
+@dataclass(frozen=True)
+class SchedulerLease:
+    """Which bot process runs the report scheduler on this database, and when it last said so."""
+
+    name: str
+    owner: str
+    acquired_at: datetime
+    heartbeat_at: datetime

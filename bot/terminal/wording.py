@@ -28,6 +28,10 @@ from bot.chat.replies import (
     ProposalReply,
     RefusalReply,
     Reply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
     StatusReply,
     UsageReply,
 )
@@ -36,6 +40,7 @@ from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
 from bot.chat.wording import figure as _num
+from bot.terminal.report_wording import report_reply_lines
 from bot.vocab import EventPhase, OperationState
 
 __all__ = [
@@ -81,6 +86,10 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
+    if isinstance(
+        reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
+    ):
+        return report_reply_lines(reply)
     assert isinstance(reply, NotYetReply)
     return [reply.text]
 
