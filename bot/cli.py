@@ -28,7 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("bot.store.cli", "database schema: upgrade, current, downgrade"),
     "history": ("bot.store.history_cli", "the audit of applied configurations"),
     "chat": ("bot.terminal.cli", "the bot's commands from a terminal (status, resize, apply ...)"),
+    "bot": ("bot.slack.cli", "the Slack app: /kimi over Socket Mode, or HTTP with --http"),
     "demo": ("bot.demo.cli", "the bot on a simulated host: a scripted session, then a prompt"),
+    "report": ("bot.reports.runtime.cli", "capacity report of the configured hosts, and a chart"),
 }
 
 

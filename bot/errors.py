@@ -22,6 +22,7 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   └── PlanRefused ......... the planner's verdict is "refused" (carries the Plan)
     ├── AgentError .............. the bot could not get an answer it can use from an agent
     │   ├── AgentUnreachable .... connection refused, timeout, DNS
+    │   │   └── AgentCertificateError  the agent's TLS certificate is not the one trusted
     │   ├── AgentAuthError ...... 401 from the agent
     │   ├── AgentUnavailable .... 503: the agent answered, its host or state could not
     │   └── AgentRejected ....... 4xx with a reason from the agent (``body`` as sent)
@@ -30,7 +31,8 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │       ├── AgentStale ...... 409: the facts changed since the plan's fingerprint
     │       └── AgentPlanRefused  422 with the Plan: the planner refused the change
     ├── StoreError .............. the database refused or failed a read or a write
-    │   └── MigrationError ...... the schema cannot be brought to the expected revision
+    │   ├── MigrationError ...... the schema cannot be brought to the expected revision
+    │   └── SchedulerLocked ..... another live bot process runs the report scheduler on it
     ├── SimError ................ the simulator was given a profile or a setting it cannot use
     └── DemoError ............... ``make demo``'s machine (agent, simulator) did not come up
 
@@ -50,6 +52,7 @@ from typing import Any
 __all__ = [
     "AgentAuthError",
     "AgentBusy",
+    "AgentCertificateError",
     "AgentError",
     "AgentNotFound",
     "AgentPlanRefused",
@@ -74,6 +77,7 @@ __all__ = [
     "PlanRefused",
     "ProbeError",
     "RamProbeError",
+    "SchedulerLocked",
     "ServerControlError",
     "SimError",
     "StaleProposal",
@@ -171,6 +175,11 @@ class AgentUnreachable(AgentError):
     """The agent did not answer (connection refused, timeout, name resolution)."""
 
 
+class AgentCertificateError(AgentUnreachable):
+    """The agent's TLS certificate is not the pinned one, or does not verify: the connection
+    was closed in the handshake, before any request was sent."""
+
+
 class AgentAuthError(AgentError):
     """The agent answered 401: the bot's token for it is wrong."""
 
@@ -223,6 +232,15 @@ class StoreError(KimiOpsError):
 
 class MigrationError(StoreError):
     """The schema cannot be brought to the expected revision."""
+
+
+class SchedulerLocked(StoreError):
+    """Another bot process, alive (its heartbeat is fresh), runs the report scheduler on this
+    database: a second would post every report twice."""
+
+    def __init__(self, message: str, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
 
 
 class SimError(KimiOpsError):

@@ -3,6 +3,8 @@
 Where things are (each subpackage lists its modules in its own docstring):
 
 - settings: :mod:`bot.agent.config`; the server's command line: :mod:`bot.agent.cmdline`
+- transport security: the accepted tokens :mod:`bot.agent.tokens`, the TLS rule checked at start
+  :mod:`bot.agent.tls`, ``gen-cert``'s certificate :mod:`bot.agent.certs` (see docs/security.md)
 - the composition root: :mod:`bot.agent.service` (``build_service``, the backend and probe
   factories); the command: :mod:`bot.agent.cli`
 - host facts: :mod:`bot.agent.host` (``HostProbe``; the real host, the simulated one)
@@ -41,11 +43,13 @@ from bot.agent.http import create_app
 from bot.agent.service import AgentService, build_service, make_control, make_probe
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state import AgentState, OperationView, ProgressEvent, ResumePoint, RevisionView
+from bot.agent.tokens import AgentToken, TokenSet, parse_tokens
 
 __all__ = [
     "AgentService",
     "AgentSettings",
     "AgentState",
+    "AgentToken",
     "FactsService",
     "FactsSnapshot",
     "GpuFacts",
@@ -66,6 +70,7 @@ __all__ = [
     "ServerProcessState",
     "StopResult",
     "SystemProbe",
+    "TokenSet",
     "Topology",
     "WaitResult",
     "build_service",
@@ -74,6 +79,7 @@ __all__ = [
     "load_agent_settings",
     "make_control",
     "make_probe",
+    "parse_tokens",
     "read_hicache",
     "read_topology",
     "rewrite_hicache",

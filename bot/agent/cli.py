@@ -1,14 +1,23 @@
 """``kimi-ops agent --config FILE``: run the agent on a GPU host.
 
-Loads ``[agent]`` (the file from ``--config`` or ``KIMI_OPS_CONFIG``, the token from the variable
+Loads ``[agent]`` (the file from ``--config`` or ``KIMI_OPS_CONFIG``, the tokens from the variable
 ``token_env`` names), re-attaches to an operation an earlier run left unfinished, and serves the
-HTTP API with uvicorn on ``listen``. With port 0 the OS picks a free port; the agent logs::
+HTTP API with uvicorn on ``listen``, over TLS when ``tls_cert`` and ``tls_key`` are set. With port 0
+the OS picks a free port; the agent logs::
 
-    kimi-ops agent: listening on http://127.0.0.1:40123
+    kimi-ops agent: TLS certificate sha256:3f1c0a9e...
+    kimi-ops agent: listening on https://127.0.0.1:40123
 
 and writes the same URL to ``<state_dir>/agent.addr`` so scripts, tests and the demo find it.
 SIGTERM or SIGINT stops serving, then stops watching (the SGLang server keeps running) and exits 0.
-The token is never logged: settings hold it as a ``Secret``.
+Tokens are never logged: settings hold them as ``Secret``.
+
+A non-loopback ``listen`` without TLS is refused before anything starts: one line naming
+``tls_cert`` on stderr, exit 2 (:mod:`bot.agent.tls`).
+
+``kimi-ops agent gen-cert --out DIR [--host NAME ...]`` writes a self-signed pair for the agent
+and prints its fingerprint, the line the bot's ``[hosts.NAME] fingerprint`` takes
+(:mod:`bot.agent.certs`).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,17 +40,36 @@ import uvicorn
 from bot.agent.config import AgentSettings, load_agent_settings
 from bot.agent.http.app import create_app
 from bot.agent.service import build_service
+from bot.agent.tls import load_server_certificate, plaintext_refusal, transport_warnings
 from bot.errors import ConfigError
 from bot.settings import CONFIG_ENV, find_config_path
 
 __all__ = ["ADDR_FILE", "configure", "run"]
 
 ADDR_FILE = "agent.addr"
+#: Exit code of a start refused for its transport (as for any bad input: see ``bot.cli``).
+EXIT_REFUSED = 2
 _WORKER_THREADS = 100
 log = logging.getLogger("bot.agent")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    gen_cert = actions.add_parser(
+        "gen-cert",
+        help="write a self-signed TLS certificate and key, print the fingerprint to pin",
+        description="Write agent.crt and agent.key (0600) into DIR and print the certificate's "
+        "sha256: fingerprint, the line [hosts.NAME] fingerprint takes in the bot's config.",
+    )
+    gen_cert.add_argument("--out", required=True, metavar="DIR", help="where to write the pair")
+    gen_cert.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a DNS name or IP address the bot reaches the agent by (repeat for each; "
+        "localhost and 127.0.0.1 are always included)",
+    )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -55,12 +84,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) == "gen-cert":
+        return _gen_cert(Path(args.out), args.host)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     environ = dict(os.environ)
     settings = load_agent_settings(find_config_path(args.config, environ), environ)
+    refusal = plaintext_refusal(settings)
+    if refusal is not None:
+        print(f"kimi-ops agent: {refusal}", file=sys.stderr)
+        return EXIT_REFUSED
+    for warning in transport_warnings(settings):
+        log.warning("kimi-ops agent: %s", warning)
+    if settings.tls:
+        log.info("kimi-ops agent: TLS certificate %s", load_server_certificate(settings))
     service = build_service(settings)
     try:
         # Bind first: a taken port must fail before any operation is resumed.
@@ -73,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
             lifespan="off",
             timeout_graceful_shutdown=5,
             server_header=False,
+            ssl_certfile=settings.tls_cert,
+            ssl_keyfile=settings.tls_key,
         )
         server = _Server(config, settings, app.state.stopping)
         server.run(sockets=[sock])
@@ -99,8 +140,22 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _gen_cert(out_dir: Path, hosts: list[str]) -> int:
+    from bot.agent.certs import generate_certificate  # cryptography only for this command
+
+    made = generate_certificate(out_dir, hosts)
+    print(
+        f"wrote {made.cert_path} and {made.key_path} (0600) for {', '.join(made.names)}; "
+        "set [agent] tls_cert and tls_key to them, and in the bot's [hosts.NAME]:",
+        file=sys.stderr,
+    )
+    print(made.fingerprint)
+    return 0
+
+
+def _url(host: str, port: int, tls: bool) -> str:
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _write_addr(state_dir: Path, url: str) -> None:
@@ -132,7 +187,7 @@ class _Server(uvicorn.Server):
         if self.should_exit or not sockets:
             return
         host, port = sockets[0].getsockname()[:2]
-        url = _url(str(host), int(port))
+        url = _url(str(host), int(port), self._settings.tls)
         _write_addr(self._settings.state_dir, url)
         log.info("kimi-ops agent: listening on %s", url)
 

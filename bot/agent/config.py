@@ -9,6 +9,11 @@ with the section, the key and what was expected (``bot.settings.Section``)::
     state_dir = "/var/lib/kimi-ops/agent"
 
 gives ``AgentSettings(backend="process", command=("python", ...), listen_port=7300, ...)``.
+
+Transport: ``tls_cert`` and ``tls_key`` (PEM paths, both or neither) make the agent serve HTTPS;
+``allow_plaintext = true`` lets it listen on a non-loopback address without them (see
+:mod:`bot.agent.tls` for the rule and ``docs/security.md`` for why). The token variable may hold
+several tokens, named and read-only ones among them (:mod:`bot.agent.tokens`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bot.agent.tokens import TokenSet, parse_tokens
 from bot.errors import ConfigError
-from bot.settings import Secret, Section, load_config, secret_from_env
+from bot.settings import Section, load_config, secret_from_env
 
 __all__ = [
     "DEFAULT_GUARD_FLOOR_GB",
@@ -62,6 +68,9 @@ _KNOWN_KEYS = (
     "guard_floor_gb",
     "host_name",
     "env",
+    "tls_cert",
+    "tls_key",
+    "allow_plaintext",
 )
 
 
@@ -82,7 +91,7 @@ class GuardSettings:
 class AgentSettings:
     """Everything the agent is configured with. Paths are as given (relative = to the cwd)."""
 
-    token: Secret = field(repr=False)
+    tokens: TokenSet = field(repr=False)
     listen_host: str = "127.0.0.1"
     listen_port: int = 7300
     token_env: str = "KIMI_AGENT_TOKEN"
@@ -107,11 +116,19 @@ class AgentSettings:
     guard: GuardSettings = field(default_factory=GuardSettings)
     host_name: str = "localhost"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow_plaintext: bool = False
 
     @property
     def listen(self) -> str:
         """``host:port`` as written in the config (port 0 = the OS picks a free one)."""
         return f"{self.listen_host}:{self.listen_port}"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the agent serves HTTPS (both PEM paths are set)."""
+        return self.tls_cert is not None and self.tls_key is not None
 
 
 def load_agent_settings(path: Path, environ: Mapping[str, str]) -> AgentSettings:
@@ -126,7 +143,11 @@ def agent_settings_from_config(
     section = Section(config, "agent", _KNOWN_KEYS)
     listen_host, listen_port = _parse_listen(section.text("listen", "127.0.0.1:7300"))
     token_env = section.text("token_env", "KIMI_AGENT_TOKEN")
-    token = secret_from_env(environ, token_env, "the token the bot sends to this agent")
+    tokens = parse_tokens(
+        secret_from_env(environ, token_env, "the token the bot sends to this agent").reveal(),
+        token_env,
+    )
+    tls_cert, tls_key = _tls_paths(section)
     backend = section.choice("backend", ("process", "systemd"), "process")
     command = tuple(section.text_list("command", []))
     if backend == "process" and not command:
@@ -139,7 +160,7 @@ def agent_settings_from_config(
     log_file = Path(section.text("log_file", str(state_dir / "server.log")))
     sim_state = section.optional_text("sim_state_dir") or env.get("KIMI_SIM_STATE_DIR")
     return AgentSettings(
-        token=token,
+        tokens=tokens,
         listen_host=listen_host,
         listen_port=listen_port,
         token_env=token_env,
@@ -168,7 +189,24 @@ def agent_settings_from_config(
         ),
         host_name=section.text("host_name", socket.gethostname()),
         env=MappingProxyType(env),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        allow_plaintext=section.flag("allow_plaintext", False),
     )
+
+
+def _tls_paths(section: Section) -> tuple[Path | None, Path | None]:
+    cert, key = section.optional_text("tls_cert"), section.optional_text("tls_key")
+    if (cert is None) != (key is None):
+        given, missing = ("tls_cert", "tls_key") if key is None else ("tls_key", "tls_cert")
+        raise ConfigError(
+            f"[agent] {given} is set but {missing} is not; give both PEM paths "
+            "(`kimi-ops agent gen-cert --out DIR` writes a pair)"
+        )
+    for key_name, value in (("tls_cert", cert), ("tls_key", key)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"[agent] {key_name} is empty; give the PEM file's path")
+    return (Path(cert) if cert else None), (Path(key) if key else None)
 
 
 def _positive(section: Section, key: str, default: float) -> float:

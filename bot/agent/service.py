@@ -27,10 +27,10 @@ from bot.agent.http.status import status_body
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state.agent_state import AgentState
 from bot.agent.state.views import OperationView, ProgressEvent, RevisionView
+from bot.agent.tokens import TokenSet
 from bot.clock import Clock, SystemClock
 from bot.errors import ConfigError
 from bot.planner import ChangeRequest, Plan
-from bot.settings import Secret
 from bot.vocab import OperationKind
 
 __all__ = ["AgentService", "build_service", "make_control", "make_probe"]
@@ -86,8 +86,8 @@ class AgentService:
         self.clock = clock
 
     @property
-    def token(self) -> Secret:
-        return self.settings.token
+    def tokens(self) -> TokenSet:
+        return self.settings.tokens
 
     def status(self) -> dict[str, Any]:
         """The ``/v1/status`` body, with the running operation if there is one."""
@@ -105,6 +105,7 @@ class AgentService:
         size_gb: float | None = None,
         revision: int | None = None,
         fingerprint: str | None = None,
+        caller: str | None = None,
     ) -> OperationView:
         return self.manager.submit(
             kind,
@@ -113,6 +114,7 @@ class AgentService:
             size_gb=size_gb,
             revision=revision,
             fingerprint=fingerprint,
+            caller=caller,
         )
 
     def get(self, op_id: int) -> OperationView:

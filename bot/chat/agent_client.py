@@ -3,7 +3,9 @@
 Every call returns a frozen value of :mod:`bot.chat.agent_views` or raises a kind of
 :class:`~bot.errors.AgentError` (the kinds and their status codes are drawn in :mod:`bot.errors`)
 carrying the agent's body; httpx's own errors never leave this module. Tests pass ``transport=``
-(``httpx.MockTransport``, or real HTTP to an agent subprocess)::
+(``httpx.MockTransport``, or real HTTP to an agent subprocess). ``tls=`` says how an
+``https://`` agent's certificate is checked (:mod:`bot.chat.agent_tls`); a certificate refused
+there is :class:`~bot.errors.AgentCertificateError`, raised before any request is sent::
 
     client = AgentClient("http://127.0.0.1:7300", Secret("..."))
     change = client.plan(ratio=4)                   # PlannedChange(plan=..., fingerprint=...)
@@ -13,11 +15,13 @@ carrying the agent's body; httpx's own errors never leave this module. Tests pas
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import httpx
 
+from bot.chat.agent_tls import PinMismatch, TlsPolicy, client_context, find_certificate_error
 from bot.chat.agent_views import (
     AgentEvent,
     AgentOperation,
@@ -30,6 +34,7 @@ from bot.chat.config import ChatSettings
 from bot.errors import (
     AgentAuthError,
     AgentBusy,
+    AgentCertificateError,
     AgentError,
     AgentNotFound,
     AgentPlanRefused,
@@ -40,6 +45,7 @@ from bot.errors import (
 )
 from bot.settings import Secret
 from bot.store import AgentRevision, read_revisions
+from bot.tls import short_fingerprint
 from bot.vocab import OperationKind
 
 __all__ = ["DEFAULT_TIMEOUT_S", "LONG_POLL_MARGIN_S", "AgentClient", "connect", "revisions_source"]
@@ -65,6 +71,7 @@ class AgentClient:
         host: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        tls: TlsPolicy | None = None,
     ) -> None:
         self.base_url = base_url
         self.host = host or base_url
@@ -74,6 +81,7 @@ class AgentClient:
             headers={"Authorization": f"Bearer {token.reveal()}"},
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
+            verify=client_context(tls or TlsPolicy(), f"[hosts.{self.host}]"),
         )
 
     def __repr__(self) -> str:  # never the token
@@ -167,6 +175,11 @@ class AgentClient:
             response = self._http.request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
             raise AgentUnreachable(f"agent {self.host} did not answer in time ({exc})") from exc
+        except httpx.ConnectError as exc:
+            refused = find_certificate_error(exc)
+            if refused is not None:
+                raise self._certificate_error(refused) from exc
+            raise AgentUnreachable(f"agent {self.host} cannot be reached: {exc}") from exc
         except httpx.HTTPError as exc:
             raise AgentUnreachable(f"agent {self.host} cannot be reached: {exc}") from exc
         body = _json(response)
@@ -175,6 +188,21 @@ class AgentClient:
                 raise AgentError(f"agent {self.host} sent a body that is not a JSON object")
             return body
         raise self._error(response.status_code, body)
+
+    def _certificate_error(self, refused: ssl.SSLCertVerificationError) -> AgentCertificateError:
+        where = f"agent {self.host}"
+        if isinstance(refused, PinMismatch):
+            return AgentCertificateError(
+                f"{where} presented certificate {short_fingerprint(refused.presented)} but "
+                f"[hosts.{self.host}] fingerprint pins {short_fingerprint(refused.expected)}; "
+                "nothing was sent. If the agent's certificate was replaced on purpose, put the "
+                "fingerprint `kimi-ops agent gen-cert` printed in the config"
+            )
+        reason = refused.verify_message or refused.reason or str(refused)
+        return AgentCertificateError(
+            f"{where}'s certificate failed verification ({reason}); nothing was sent. Pin it "
+            f"with [hosts.{self.host}] fingerprint, or trust its CA with ca_file"
+        )
 
     def _error(self, code: int, body: Any) -> AgentError:
         fields: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
@@ -217,7 +245,11 @@ def connect(
     """A client for the configured ``host``, on the token its ``token_env`` names."""
     spec = settings.host(host)
     return AgentClient(
-        spec.url, settings.token_for(spec, environ), host=spec.name, transport=transport
+        spec.url,
+        settings.token_for(spec, environ),
+        host=spec.name,
+        transport=transport,
+        tls=spec.tls,
     )
 
 

@@ -10,9 +10,16 @@ Every key is documented in ``deploy/kimi-ops.example.toml``::
     require_second_person = false     # the applier must not be the proposer
     proposal_ttl_minutes = 15
     [hosts.kimi-01]
-    url = "http://127.0.0.1:7300"
+    url = "https://kimi-01.internal:7300"
+    fingerprint = "sha256:3f1c..."    # what `kimi-ops agent gen-cert` printed (or ca_file = ...)
     token_env = "KIMI_AGENT_TOKEN"    # the variable holding the agent's token, never the token
     default = true
+
+An ``https://`` host is verified by default: against ``fingerprint`` (pinned), a ``ca_file``, or
+the system's trust store (:mod:`bot.chat.agent_tls`). ``insecure = true`` turns verification off
+for tests and logs a warning at load; a plain ``http://`` URL to a host other than loopback is
+accepted (a private link, or the agent's ``allow_plaintext``) with a warning at load, as its
+token crosses the network in clear.
 
 Errors name the file, the table and the key. The agent's token is read from the environment only
 when a client for that host is made (:meth:`ChatSettings.token_for`), so a command for one host
@@ -21,15 +28,19 @@ does not need every host's token.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bot.chat._usage import VERBS
+from bot.chat.agent_tls import TlsPolicy
 from bot.errors import ConfigError
 from bot.settings import Secret, Section, secret_from_env
+from bot.tls import is_loopback, parse_fingerprint
 
 __all__ = [
     "DEFAULT_PROPOSAL_TTL_MINUTES",
@@ -51,17 +62,22 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
 _RESERVED = frozenset({*VERBS, "ratio", "size", "every", "daily", "off", "schedules", "kimi"})
 _BOT_KEYS = ("update_interval_s",)
 _POLICY_KEYS = ("appliers", "usergroups", "require_second_person", "proposal_ttl_minutes")
-_HOST_KEYS = ("url", "token_env", "default")
+_HOST_KEYS = ("url", "token_env", "default", "ca_file", "fingerprint", "insecure")
+_TLS_KEYS = ("ca_file", "fingerprint", "insecure")
+
+log = logging.getLogger("bot.chat.config")
 
 
 @dataclass(frozen=True)
 class HostSettings:
-    """One agent: its name in commands, its API's base URL and where its token is."""
+    """One agent: its name in commands, its API's base URL, where its token is and how its
+    certificate is checked."""
 
     name: str
     url: str
     token_env: str
     default: bool
+    tls: TlsPolicy = field(default_factory=TlsPolicy)
 
 
 @dataclass(frozen=True)
@@ -158,7 +174,7 @@ def _hosts(raw: object) -> tuple[HostSettings, ...]:
     defaults = [host.name for host in hosts if host.default]
     if len(hosts) == 1 and not defaults:
         only = hosts[0]
-        return (HostSettings(only.name, only.url, only.token_env, default=True),)
+        return (replace(only, default=True),)
     if len(defaults) != 1:
         found = ", ".join(defaults) if defaults else "none"
         raise ConfigError(
@@ -188,5 +204,49 @@ def _host(name: str, table: object) -> HostSettings:
             f"not {token_env!r}"
         )
     return HostSettings(
-        name=name, url=url.rstrip("/"), token_env=token_env, default=section.flag("default", False)
+        name=name,
+        url=url.rstrip("/"),
+        token_env=token_env,
+        default=section.flag("default", False),
+        tls=_tls(section, key, url),
     )
+
+
+def _tls(section: Section, key: str, url: str) -> TlsPolicy:
+    ca_file = section.optional_text("ca_file")
+    fingerprint = section.optional_text("fingerprint")
+    insecure = section.flag("insecure", False)
+    values = (ca_file, fingerprint, insecure)
+    given = [name for name, value in zip(_TLS_KEYS, values, strict=True) if value]
+    https = url.lower().startswith("https://")
+    if given and not https:
+        raise ConfigError(
+            f"[{key}] {given[0]} needs an https:// url (the agent serves TLS once [agent] "
+            f"tls_cert is set), not {url!r}"
+        )
+    if len(given) > 1:
+        raise ConfigError(
+            f"[{key}] sets {' and '.join(given)}; choose one: fingerprint pins the agent's own "
+            "certificate, ca_file trusts a CA, insecure checks nothing (tests only)"
+        )
+    if ca_file is not None and not Path(ca_file).is_file():
+        raise ConfigError(f"[{key}] ca_file {ca_file!r} does not exist or is not a file")
+    pinned = None if fingerprint is None else parse_fingerprint(fingerprint, f"[{key}] fingerprint")
+    policy = TlsPolicy(
+        ca_file=None if ca_file is None else Path(ca_file), fingerprint=pinned, insecure=insecure
+    )
+    if insecure:
+        log.warning(
+            "[%s] insecure = true: the agent's certificate is NOT checked, so anyone on the path "
+            "can pose as it and take its token; use fingerprint or ca_file outside tests",
+            key,
+        )
+    host = urlsplit(url).hostname or ""
+    if not https and not is_loopback(host):
+        log.warning(
+            "[%s] url %s is plain http to a host other than loopback: the agent's token crosses "
+            "the network in clear; serve the agent with TLS and pin its fingerprint",
+            key,
+            url,
+        )
+    return policy

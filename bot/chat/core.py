@@ -14,6 +14,7 @@ A parse error never reaches an agent: :func:`bot.chat.grammar.parse` runs first.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -59,11 +60,11 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     Restart: handlers.restart,
     Rollback: handlers.rollback,
     History: handlers.history,
-    Report: handlers.not_yet,
-    ReportEvery: handlers.not_yet,
-    ReportDaily: handlers.not_yet,
-    ReportOff: handlers.not_yet,
-    ReportSchedules: handlers.not_yet,
+    Report: handlers.report,
+    ReportEvery: handlers.report_every,
+    ReportDaily: handlers.report_daily,
+    ReportOff: handlers.report_off,
+    ReportSchedules: handlers.report_schedules,
 }
 
 
@@ -74,15 +75,27 @@ class ChatCore:
         self.context = context
         self.front = front
 
-    def handle(self, text: str, actor: Actor) -> Reply:
-        """Parse ``text`` and carry it out as ``actor``; the reply goes to the front end too."""
+    def handle(
+        self,
+        text: str,
+        actor: Actor,
+        channel: str | None = None,
+        reply_to: Callable[[Actor, Reply], None] | None = None,
+    ) -> Reply:
+        """Parse ``text`` and carry it out as ``actor``; the reply goes to the front end too.
+
+        A front end serving many channels (Slack) names the command's ``channel``, recorded
+        with what it proposes or starts, and ``reply_to``, where this one reply goes instead of
+        ``front.reply`` (the command's own ``response_url``); both default to the core's own.
+        """
+        context = self.context if channel is None else replace(self.context, channel=channel)
         try:
-            command = parse(text, self.context.settings.host_names)
+            command = parse(text, context.settings.host_names)
         except UsageError as exc:
             reply: Reply = UsageReply(exc.reason, exc.usage)
         else:
-            reply = _HANDLERS[type(command)](self.context, actor, command)
-        self.front.reply(actor, reply)
+            reply = _HANDLERS[type(command)](context, actor, command)
+        (reply_to or self.front.reply)(actor, reply)
         return reply
 
     def resume(self) -> list[Watch]:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from bot.chat._usage import HELP_LINES
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_views import AgentOperation, AgentStatus
+from bot.chat.agent_views import AgentOperation, AgentStatus, PlannedChange
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings, HostSettings
 from bot.chat.grammar import (
@@ -24,6 +24,11 @@ from bot.chat.grammar import (
     Help,
     History,
     Hosts,
+    Report,
+    ReportDaily,
+    ReportEvery,
+    ReportOff,
+    ReportSchedules,
     Resize,
     Restart,
     Rollback,
@@ -35,30 +40,43 @@ from bot.chat.replies import (
     HelpReply,
     HistoryReply,
     HostAnswer,
+    HostReportView,
     HostsReply,
-    NotYetReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
     RefusalReply,
     Reply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
     StatusReply,
 )
+from bot.chat.reporting import Reporter
 from bot.chat.watcher import WatcherPool
 from bot.chat.wording import refusal_text
 from bot.clock import Clock
 from bot.errors import AgentBusy, AgentError, AgentPlanRefused, AgentStale, NotFound
+from bot.reports import Cadence, HostReport
+from bot.store.records import ReportSchedule
 from bot.vocab import OperationKind
 
 __all__ = [
+    "REPORTS_PROPOSER",
     "Context",
     "apply",
     "cancel",
+    "capacity_report",
     "help_",
     "history",
     "hosts",
     "import_foreign",
-    "not_yet",
+    "report",
+    "report_daily",
+    "report_every",
+    "report_off",
+    "report_schedules",
     "resize",
     "restart",
     "rollback",
@@ -66,6 +84,8 @@ __all__ = [
 ]
 
 DEFAULT_HISTORY = 10
+#: Who proposes what a capacity report recommends (the bot, not the person who asked for it).
+REPORTS_PROPOSER = "kimi-ops-reports"
 
 
 @dataclass
@@ -83,6 +103,8 @@ class Context:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Two history commands at once must not import one foreign operation twice.
     import_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Capacity reports and their schedules; None where this process has none set up.
+    reporter: Reporter | None = None
 
     def client(self, host: HostSettings) -> AgentClient:
         return self.clients[host.name]
@@ -139,15 +161,22 @@ def resize(ctx: Context, actor: Actor, command: Resize) -> Reply:
         current = client.status().effective
     except AgentError:
         current = None
+    return _propose(ctx, host.name, actor.id, change, current)
+
+
+def _propose(
+    ctx: Context, host: str, proposed_by: str, change: PlannedChange, current: str | None
+) -> ProposalReply:
+    """Record ``change`` as a proposal: the one path for ``resize`` and recommendations."""
     now = ctx.clock.now()
     terms = ctx.audit.record_proposal(
-        host.name, actor.id, change, now, ctx.policy.expires_at(now), ctx.channel
+        host, proposed_by, change, now, ctx.policy.expires_at(now), ctx.channel
     )
     return ProposalReply(
         id=terms.id,
-        host=host.name,
+        host=host,
         plan=change.plan,
-        proposed_by=actor.id,
+        proposed_by=proposed_by,
         expires_at=ctx.policy.expires_at(now),
         current=current,
     )
@@ -342,11 +371,84 @@ def history(ctx: Context, actor: Actor, command: History) -> Reply:
     return HistoryReply(command.host, tuple(entries))
 
 
-def not_yet(ctx: Context, actor: Actor, command: object) -> Reply:
-    return NotYetReply(
-        "capacity reports and their schedules are not part of this kimi-ops yet; "
-        "'status' shows the figures now"
+_NO_REPORTS = (
+    "capacity reports are not set up in this kimi-ops process ('status' shows the figures)"
+)
+
+
+def _host_view(ctx: Context, reporter: Reporter, report: HostReport) -> HostReportView:
+    if not report.answered:
+        return HostReportView(report)
+    advice = reporter.advise(report)
+    proposal = None
+    if advice is not None:
+        proposal = _propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
+    return HostReportView(
+        report,
+        chart=reporter.chart(report),
+        proposal=proposal,
+        evidence=None if advice is None else advice.evidence,
     )
+
+
+def capacity_report(
+    ctx: Context, host: str | None, schedule: ReportSchedule | None = None
+) -> ReportReply | ProblemReply:
+    """Every host's report (or ``host``'s), asked in parallel; a recommendation the samples call
+    for is recorded as a proposal. Also what a report schedule posts."""
+    if ctx.reporter is None:
+        return ProblemReply(_NO_REPORTS)
+    if host is not None:
+        names: tuple[str, ...] = (ctx.settings.host(host).name,)
+    else:
+        default = ctx.settings.default_host.name
+        names = tuple(sorted(ctx.settings.host_names, key=lambda n: n != default))
+    reporter = ctx.reporter
+    views = tuple(_host_view(ctx, reporter, found) for found in reporter.gather(names))
+    return ReportReply(views, schedule)
+
+
+def report(ctx: Context, actor: Actor, command: Report) -> Reply:
+    return capacity_report(ctx, command.host)
+
+
+def _scheduler_of(ctx: Context, actor: Actor) -> Reporter | ProblemReply | RefusalReply:
+    """The reporter when ``actor`` may change schedules here; else the reply saying why not."""
+    if ctx.reporter is None:
+        return ProblemReply(_NO_REPORTS)
+    refusal = ctx.policy.may(actor, Action.SCHEDULE)
+    return ctx.reporter if refusal is None else _refused(ctx, refusal)
+
+
+def _schedule(ctx: Context, actor: Actor, cadence: Cadence) -> Reply:
+    reporter = _scheduler_of(ctx, actor)
+    if isinstance(reporter, ProblemReply | RefusalReply):
+        return reporter
+    found = reporter.schedule(ctx.channel, cadence, actor.id)
+    return ReportScheduledReply(found, cadence.shown, reporter.timezone)
+
+
+def report_every(ctx: Context, actor: Actor, command: ReportEvery) -> Reply:
+    return _schedule(ctx, actor, Cadence(every_s=command.interval_s))
+
+
+def report_daily(ctx: Context, actor: Actor, command: ReportDaily) -> Reply:
+    return _schedule(ctx, actor, Cadence(daily=(command.hour, command.minute)))
+
+
+def report_off(ctx: Context, actor: Actor, command: ReportOff) -> Reply:
+    reporter = _scheduler_of(ctx, actor)
+    if isinstance(reporter, ProblemReply | RefusalReply):
+        return reporter
+    return ReportStoppedReply(ctx.channel, reporter.unschedule(ctx.channel))
+
+
+def report_schedules(ctx: Context, actor: Actor, command: ReportSchedules) -> Reply:
+    if ctx.reporter is None:
+        return ProblemReply(_NO_REPORTS)
+    found = ctx.reporter.schedules()
+    shown = tuple(Cadence.parse(s.cadence).shown for s in found)
+    return ReportSchedulesReply(found, shown, ctx.reporter.timezone)
 
 
 Handler = Callable[[Context, Actor, object], Reply]

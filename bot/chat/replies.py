@@ -11,6 +11,9 @@ from bot.chat.agent_views import AgentOperation, AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView
+from bot.chat.reporting import ChartImage
+from bot.reports import HostReport
+from bot.store.records import ReportSchedule
 
 __all__ = [
     "CancelledReply",
@@ -18,6 +21,7 @@ __all__ = [
     "HelpReply",
     "HistoryReply",
     "HostAnswer",
+    "HostReportView",
     "HostsReply",
     "NotYetReply",
     "OperationReply",
@@ -25,6 +29,11 @@ __all__ = [
     "ProposalReply",
     "RefusalReply",
     "Reply",
+    "ReportPoster",
+    "ReportReply",
+    "ReportScheduledReply",
+    "ReportSchedulesReply",
+    "ReportStoppedReply",
     "StatusReply",
     "UsageReply",
 ]
@@ -118,6 +127,45 @@ class NotYetReply:
     text: str
 
 
+@dataclass(frozen=True)
+class HostReportView:
+    """One host in a capacity report: its figures, its chart, and the recommendation recorded
+    as an ordinary proposal (Apply/Cancel as for ``resize``) when the samples call for one."""
+
+    report: HostReport
+    chart: ChartImage | None = None
+    proposal: ProposalReply | None = None
+    evidence: str | None = None  # why the proposal was made
+
+
+@dataclass(frozen=True)
+class ReportReply:
+    """A capacity report; ``schedule`` is the schedule that posted it (None: asked for now)."""
+
+    hosts: tuple[HostReportView, ...]
+    schedule: ReportSchedule | None = None
+
+
+@dataclass(frozen=True)
+class ReportScheduledReply:
+    schedule: ReportSchedule
+    cadence: str  # as people type it: "every 6h", "daily 09:00"
+    timezone: str
+
+
+@dataclass(frozen=True)
+class ReportStoppedReply:
+    channel: str
+    stopped: tuple[ReportSchedule, ...]
+
+
+@dataclass(frozen=True)
+class ReportSchedulesReply:
+    schedules: tuple[ReportSchedule, ...]
+    cadences: tuple[str, ...]  # each schedule's cadence as people type it
+    timezone: str
+
+
 Reply = (
     HelpReply
     | UsageReply
@@ -130,6 +178,10 @@ Reply = (
     | CancelledReply
     | HistoryReply
     | NotYetReply
+    | ReportReply
+    | ReportScheduledReply
+    | ReportStoppedReply
+    | ReportSchedulesReply
 )
 
 
@@ -154,4 +206,14 @@ class FrontEnd(Protocol):
 
     def unreachable(self, watch: Watch, since: datetime) -> None:
         """The agent of a watched operation stopped answering at ``since``; watching goes on."""
+        ...
+
+
+class ReportPoster(Protocol):
+    """Where scheduled reports go: a channel with no command before it. The Slack front end posts
+    the reply and uploads each host's chart in its thread; the terminal prints it."""
+
+    def post(self, channel: str, reply: Reply) -> None:
+        """Post ``reply`` (a :class:`ReportReply`, or a :class:`ProblemReply` when the scheduled
+        report itself failed) to ``channel``."""
         ...

@@ -21,6 +21,7 @@ from bot.chat.progress import ProgressView
 from bot.errors import InputError, NotFound, StoreError
 from bot.planner import Verdict
 from bot.store import (
+    OperationRecord,
     ProposalRecord,
     RevisionOutcome,
     RevisionRecord,
@@ -29,6 +30,7 @@ from bot.store import (
     record_agent_operation,
     record_agent_proposal,
 )
+from bot.vocab import OperationKind
 
 __all__ = ["RevisionsSource", "StoreAudit"]
 
@@ -127,10 +129,21 @@ class StoreAudit:
     def record_operation(
         self, watch: Watch, operation: AgentOperation, proposal_id: int | None, channel: str
     ) -> None:
-        revision_id = None
+        revision_id, message_ts = None, None
         if proposal_id is not None:
-            revision_id = self.store.proposal(proposal_id).revision_id
-        self._record(watch.host, operation, (), revision_id=revision_id, channel=channel)
+            # The proposal's message becomes the operation's: its progress edits that message.
+            proposal = self.store.proposal(proposal_id)
+            revision_id, message_ts = proposal.revision_id, proposal.message_ts
+            if message_ts is not None:
+                channel = proposal.channel
+        self._record(
+            watch.host,
+            operation,
+            (),
+            revision_id=revision_id,
+            channel=channel,
+            message_ts=message_ts,
+        )
 
     def record_events(self, watch: Watch, events: Sequence[AgentEvent]) -> None:
         page = {"events": [event.to_json() for event in events]}
@@ -151,25 +164,44 @@ class StoreAudit:
         *,
         revision_id: int | None = None,
         channel: str | None = None,
+        message_ts: str | None = None,
     ) -> None:
         page = {"operation": operation.raw, "events": [event.to_json() for event in events]}
         revisions = {"revisions": []} if operation.revision is None else self._revisions(host)
         record_agent_operation(
-            self.store, host, page, revisions, revision_id=revision_id, channel=channel
+            self.store,
+            host,
+            page,
+            revisions,
+            revision_id=revision_id,
+            channel=channel,
+            message_ts=message_ts,
         )
 
     def unfinished(self) -> list[Watch]:
-        return [
-            Watch(
-                host=record.host,
-                operation_id=record.agent_operation_id,
-                title=f"{record.kind.value} {record.host}",
-                proposed_by=None,
-                applied_by=None,
-                last_seq=record.last_event_seq,
-            )
-            for record in self.store.unfinished_operations()
-        ]
+        return [self._resumed(record) for record in self.store.unfinished_operations()]
+
+    def _resumed(self, record: OperationRecord) -> Watch:
+        """The watch a restarted bot takes up again, with who proposed and applied it, so its
+        notices mention the same people as before the restart."""
+        title = f"{record.kind.value.capitalize()} {record.host}"
+        proposed_by = applied_by = planned = None
+        if record.revision_id is not None:
+            revision = self.store.revision(record.revision_id)
+            proposed_by, applied_by = revision.proposed_by, revision.applied_by
+            planned = revision.plan.per_rank_gb
+            setting = revision.plan.detail.get("setting")
+            if record.kind is OperationKind.RESIZE and setting:
+                title = f"Resize {record.host}: hicache {setting}"
+        return Watch(
+            host=record.host,
+            operation_id=record.agent_operation_id,
+            title=title,
+            proposed_by=proposed_by,
+            applied_by=applied_by,
+            last_seq=record.last_event_seq,
+            planned_gb_per_rank=planned,
+        )
 
     def known(self, host: str, operation_id: int) -> bool:
         return self.store.operation_by_agent_id(host, operation_id) is not None

@@ -1,4 +1,4 @@
-"""The core's sentences, the same for every front end: refusals and the notices of an operation.
+"""The core's words, the same for every front end: refusals, phase names and how figures read.
 
 Front ends lay these out (Block Kit, terminal lines) but do not re-word them, so Slack, the
 terminal and the demo tell a person the same thing.
@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from bot.chat.policy import Action, Refusal, RefusalKind
+from bot.chat.progress import ProgressView
+from bot.vocab import EventPhase
 
-__all__ = ["hhmm", "refusal_text"]
+__all__ = ["PHASE_LABEL", "clock", "count", "doing", "figure", "hhmm", "refusal_text"]
 
 _VERB = {
     Action.APPLY: "apply proposals",
@@ -19,6 +21,54 @@ _VERB = {
     Action.SCHEDULE: "schedule reports",
     Action.CANCEL: "cancel this proposal",
 }
+
+
+#: What each phase of an operation is called, on every surface.
+PHASE_LABEL: dict[EventPhase, str] = {
+    EventPhase.PLANNED: "planned",
+    EventPhase.STOPPING: "stopping the server",
+    EventPhase.WAITING_GPUS: "waiting for the GPUs to free",
+    EventPhase.STARTING: "starting",
+    EventPhase.INIT: "init",
+    EventPhase.LOAD_WEIGHTS: "loading weights",
+    EventPhase.KV_POOL: "KV pool",
+    EventPhase.CUDA_GRAPH: "CUDA graphs",
+    EventPhase.HOST_POOL: "host pool",
+    EventPhase.HTTP: "HTTP up",
+    EventPhase.WARMUP: "warmup",
+    EventPhase.VERIFYING: "verifying",
+    EventPhase.READY: "ready",
+    EventPhase.STALLED: "stalled",
+    EventPhase.ROLLING_BACK: "rolling back",
+    EventPhase.ROLLED_BACK: "rolled back",
+    EventPhase.FAILED: "failed",
+}
+
+
+def figure(value: float | None, digits: int = 2) -> str:
+    """``1,234.57``: a figure with thousands separators; ``?`` when unknown."""
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def count(value: int | None) -> str:
+    """``637,097``; ``?`` when unknown."""
+    return "?" if value is None else f"{value:,}"
+
+
+def clock(seconds: float) -> str:
+    """``6:12``: minutes and seconds."""
+    whole = int(seconds)
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def doing(view: ProgressView) -> str:
+    """What an operation is doing now: ``loading weights 29/64 shards``."""
+    label = PHASE_LABEL.get(view.phase, str(view.phase)) if view.phase else "waiting"
+    if view.phase is EventPhase.LOAD_WEIGHTS and view.shard is not None:
+        return f"{label} {view.shard[0]}/{view.shard[1]} shards"
+    if view.phase is EventPhase.CUDA_GRAPH and view.graphs is not None:
+        return f"{label} {view.graphs[0]}/{view.graphs[1]}"
+    return label
 
 
 def hhmm(at: datetime | None) -> str:

@@ -12,6 +12,14 @@
 
 from __future__ import annotations
 
+from bot.planner._estimate import (
+    ESTIMATE_MARGIN,
+    DeviceMemory,
+    DevicePoolEstimate,
+    DevicePoolSource,
+    default_mem_fraction_static,
+    estimate_device_pool,
+)
 from bot.planner._eta import DEFAULT_PIN_SECONDS_PER_GB, StartSample, estimate_startup_seconds
 from bot.planner._kv_shape import KvShape, element_bytes, kv_shape_from_config
 from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
@@ -39,12 +47,16 @@ __all__ = [
     "DEFAULT_HEADROOM_GB",
     "DEFAULT_PIN_SECONDS_PER_GB",
     "DEFAULT_SGLANG_VERSION",
+    "ESTIMATE_MARGIN",
     "GB",
     "SGLANG_HOST_RESERVE_BYTES",
     "BytesPerToken",
     "BytesSource",
     "ChangeRequest",
+    "DeviceMemory",
     "DevicePool",
+    "DevicePoolEstimate",
+    "DevicePoolSource",
     "GiB",
     "HostExtra",
     "HostMemory",
@@ -55,7 +67,9 @@ __all__ = [
     "ServerFacts",
     "StartSample",
     "Verdict",
+    "default_mem_fraction_static",
     "element_bytes",
+    "estimate_device_pool",
     "estimate_startup_seconds",
     "host_pool_for_ratio",
     "host_pool_for_size",

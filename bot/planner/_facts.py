@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bot.errors import PlanInputError
+from bot.planner._estimate import (
+    DeviceMemory,
+    DevicePoolEstimate,
+    DevicePoolSource,
+    estimate_device_pool,
+)
 from bot.planner._kv_shape import KvShape
 from bot.planner._sizing import DevicePool, HostExtra
 from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
 
-__all__ = ["ChangeRequest", "HostMemory", "ServerFacts", "num"]
+__all__ = ["ChangeRequest", "HostMemory", "ServerFacts", "num", "with_estimated_pool"]
 
 
 def num(value: float) -> str:
@@ -52,6 +58,8 @@ class ServerFacts:
     ``device_pool_undecided`` why none could be told to be it. ``kv_shape`` comes from the
     model's ``config.json``; ``layer_bytes`` is one layer's KV bytes per token when only that is
     known. ``host_extras`` are the other host pools the last start logged (a DSA indexer).
+    ``device_pool_source`` says where ``device_pool`` came from; with none, ``device_memory``
+    lets the planner estimate it (``device_pool_missing`` says why it cannot).
     """
 
     ranks: int
@@ -66,6 +74,9 @@ class ServerFacts:
     device_pool_note: str | None = None
     device_pool_undecided: str | None = None
     host_extras: tuple[HostExtra, ...] = ()
+    device_pool_source: DevicePoolSource | None = None
+    device_memory: DeviceMemory | None = None
+    device_pool_missing: str | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -95,3 +106,24 @@ class HostMemory:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise PlanInputError(f"{name.replace('_', ' ')} must be >= 0, not {value!r}")
+
+
+def with_estimated_pool(
+    server: ServerFacts, bytes_per_token: int | None
+) -> tuple[DevicePoolEstimate | str | None, ServerFacts]:
+    """With no device pool on record, the estimate (or why there is none) and the facts with
+    its planned tokens as the pool; else None and the facts as they are."""
+    pool = server.device_pool
+    if pool.tokens is not None or pool.kv_bytes is not None:
+        return None, server
+    if server.device_memory is None or bytes_per_token is None:
+        why = server.device_pool_missing
+        if why is None and server.device_memory is not None:
+            why = "the KV bytes per token are unknown (no readable config.json)"
+        return why, server
+    estimate = estimate_device_pool(server.device_memory, bytes_per_token, server.page_size)
+    if isinstance(estimate, str):
+        return estimate, server
+    planned = DevicePool(tokens=estimate.planned_tokens, bytes_per_token=bytes_per_token)
+    facts = replace(server, device_pool=planned, device_pool_source=DevicePoolSource.ESTIMATE)
+    return estimate, facts

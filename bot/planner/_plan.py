@@ -11,6 +11,8 @@ Budget rule (README.md, The budget rule)::
 
 A ratio multiplies the target model's device pool (never a draft model's pool beside it); when
 the pool cannot be told, the ratio is refused with the reason (``refused_by`` missing_facts).
+When no start ever logged the pool, it is estimated from the model's files and the GPUs, an
+upper bound planned with a margin (``_estimate``): ``device_pool_source`` is then "estimate".
 
 SGLang sizes one pool per local rank (TP x PP x DP on the host): eight ranks of
 ``--hicache-size 300`` ask for 2.4 TB, which no 449 GB host has.
@@ -25,8 +27,9 @@ from enum import StrEnum
 from typing import Any
 
 from bot.errors import PlanInputError
+from bot.planner._estimate import DevicePoolEstimate, DevicePoolSource
 from bot.planner._eta import StartSample, estimate_startup_seconds
-from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num
+from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num, with_estimated_pool
 from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._sizing import (
     DevicePool,
@@ -77,6 +80,8 @@ class Plan:
     ``given``) and ``bytes_per_token_uncertainty`` how far the true figure can be below it.
     ``refused_by`` names the rule that refused the plan. ``notes`` say which pool a ratio
     multiplies, where the bytes per token came from and how extra pools were scaled.
+    ``device_pool_source`` names where the device pool came from; for "estimate",
+    ``device_pool_estimate`` holds the figures (``device_tokens`` is then its planned tokens).
     """
 
     request: ChangeRequest
@@ -113,6 +118,8 @@ class Plan:
     host_extra_bytes_per_rank: dict[str, int] = field(default_factory=dict)
     per_rank_total_bytes: int | None = None
     notes: tuple[str, ...] = ()
+    device_pool_source: DevicePoolSource | None = None
+    device_pool_estimate: DevicePoolEstimate | None = None
 
     @property
     def fits(self) -> bool:
@@ -138,6 +145,9 @@ class Plan:
         data["refused_by"] = None if self.refused_by is None else self.refused_by.value
         data["bytes_per_token_source"] = (
             None if self.bytes_per_token_source is None else self.bytes_per_token_source.value
+        )
+        data["device_pool_source"] = (
+            None if self.device_pool_source is None else self.device_pool_source.value
         )
         data["host_extra_gb_per_rank"] = {
             name: round(value / GB, 3) for name, value in self.host_extra_bytes_per_rank.items()
@@ -174,6 +184,12 @@ def make_plan(
     if not math.isfinite(headroom_gb) or headroom_gb < 0:
         raise PlanInputError(f"headroom must be a number of GB >= 0, not {headroom_gb!r}")
     per_token, bpt_warnings = _bytes_per_token(server)
+    estimate: DevicePoolEstimate | str | None = None
+    if request.size_gb is None:
+        # Only a ratio needs the pool. An upper bound must never refuse a size: SGLang <= 0.5.12
+        # compares the host pool with the real device pool, which can be far smaller.
+        bytes_per_token = None if per_token is None else per_token.value
+        estimate, server = with_estimated_pool(server, bytes_per_token)
     pool = _resolved_pool(server, per_token)
     free_after_stop = memory.available_bytes + memory.server_held_bytes
     if memory.cgroup_limit_bytes is not None:
@@ -189,6 +205,8 @@ def make_plan(
         notes.append(f"ratio multiplies {ratio_pool}")
     if per_token is not None:
         notes.append(f"KV bytes per token {per_token.value:,}: {per_token.note}")
+    if isinstance(estimate, DevicePoolEstimate):
+        notes.append(estimate.describe())
 
     refused_by: RefusedBy | None = None
     refusal = sglang_would_reject(request, server, pool)
@@ -200,10 +218,11 @@ def make_plan(
         if refusal is None:
             size = _host_pool(request, pool, server.page_size, per_token)
             if size is None:
+                unknown = "" if estimate is None else f", and it cannot be estimated: {estimate}"
                 refusal = (
                     f"{request.phrase()} needs the device pool's size, which is unknown (no "
-                    "running server, startup log or recorded start gives it); ask for a size "
-                    "in GB instead"
+                    f"running server, startup log or recorded start gives it{unknown}); ask for "
+                    "a size in GB instead"
                 )
         if refusal is not None:
             refused_by = RefusedBy.MISSING_FACTS
@@ -286,6 +305,8 @@ def make_plan(
         host_extra_bytes_per_rank=extras,
         per_rank_total_bytes=per_rank_total,
         notes=tuple(notes),
+        device_pool_source=None if pool.kv_bytes is None else server.device_pool_source,
+        device_pool_estimate=estimate if isinstance(estimate, DevicePoolEstimate) else None,
     )
 
 
@@ -325,6 +346,8 @@ def _ratio_pool(request: ChangeRequest, server: ServerFacts, pool: DevicePool) -
     if request.size_gb is not None or pool.tokens is None:
         return None
     size = "" if pool.logged_kv_gib is None else f", {pool.logged_kv_gib:.2f} GiB per rank"
+    if server.device_pool_source is DevicePoolSource.ESTIMATE:
+        size = ", estimated with its margin"
     text = f"the target model's device pool ({pool.tokens:,} tokens{size})"
     if server.device_pool_note:
         text += f"; {server.device_pool_note}"

@@ -40,6 +40,7 @@ from bot.store.records import (
     ReportSchedule,
     RevisionOutcome,
     RevisionRecord,
+    SchedulerLease,
     StoredEvent,
 )
 from bot.store.store import Store
@@ -56,6 +57,7 @@ __all__ = [
     "ReportSchedule",
     "RevisionOutcome",
     "RevisionRecord",
+    "SchedulerLease",
     "Store",
     "StoreSettings",
     "StoredEvent",

@@ -79,6 +79,8 @@ class AgentOperation:
     revision: int | None
     plan: PlanSummary | None
     failure: AgentFailure | None
+    #: The name of the agent token that started it (absent from older agents' answers).
+    caller: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,7 @@ def read_operation(page: Mapping[str, Any]) -> AgentOperation:
         revision=_optional(op, "revision", int, where),
         plan=None if plan is None else read_plan({"plan": plan}),
         failure=_failure(op.get("failure"), f"{where}'s failure"),
+        caller=_optional(op, "caller", str, where),
     )
 
 

@@ -102,6 +102,7 @@ def operation_record(row: OperationRow) -> OperationRecord:
         last_event_seq=row.last_event_seq,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        caller=row.caller,
     )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "RefusalRow",
     "ReportScheduleRow",
     "RevisionRow",
+    "SchedulerLockRow",
 ]
 
 NAMING_CONVENTION: dict[str, str] = {
@@ -147,6 +148,8 @@ class OperationRow(Base):
     last_event_seq: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The name of the agent token that started it (migration 0003); None when unnamed.
+    caller: Mapped[str | None] = mapped_column(String(USER))
 
     __table_args__ = (
         UniqueConstraint("host", "agent_operation_id"),
@@ -236,3 +239,14 @@ class ReportScheduleRow(Base):
         Index("ix_report_schedules_enabled_next_run_at", "enabled", "next_run_at"),
         Index("ix_report_schedules_channel", "channel"),
     )
+
+
+class SchedulerLockRow(Base):
+    """One row per scheduler name: the process that owns it and its last heartbeat."""
+
+    __tablename__ = "scheduler_locks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -19,7 +19,7 @@ from bot.errors import InputError, NotFound
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import event_record, operation_record
-from bot.store._models import CHANNEL, HOST, TS, OperationEventRow, OperationRow
+from bot.store._models import CHANNEL, HOST, TS, USER, OperationEventRow, OperationRow
 from bot.store._revisions import get_revision
 from bot.store.records import OperationRecord, StoredEvent
 from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, OperationState
@@ -80,8 +80,10 @@ class OperationsMixin(StoreBase):
         message_ts: str | None = None,
         revision_id: int | None = None,
         started_at: datetime | None = None,
+        caller: str | None = None,
     ) -> OperationRecord:
-        """Record an operation the agent started; recording the same one again returns it as is."""
+        """Record an operation the agent started; recording the same one again returns it as is.
+        ``caller`` is the name of the agent token that started it."""
         values = {
             "host": v.text("host", host, HOST),
             "agent_operation_id": v.count("agent operation id", agent_operation_id, minimum=1),
@@ -89,6 +91,7 @@ class OperationsMixin(StoreBase):
             "state": v.member("operation state", OperationState, state).value,
             "channel": v.optional_text("channel", channel, CHANNEL),
             "message_ts": v.optional_text("message ts", message_ts, TS),
+            "caller": v.optional_text("caller", caller, USER),
         }
         when = self._at(started_at, "started_at")
         with self._write("record an operation") as session:

@@ -171,6 +171,7 @@ def record_agent_operation(
         message_ts=message_ts,
         revision_id=None if own is None else own.id,
         started_at=op.created_at,
+        caller=op.caller,
     )
     store.append_events(stored.id, events)
     if end is None:

@@ -27,6 +27,7 @@ __all__ = [
     "ReportSchedule",
     "RevisionOutcome",
     "RevisionRecord",
+    "SchedulerLease",
     "StoredEvent",
 ]
 
@@ -131,7 +132,8 @@ class ProposalRecord:
 class OperationRecord:
     """An operation run by an agent (resize, restart, rollback) and the Slack message showing it.
 
-    ``agent_operation_id`` is the agent's own id for it (``GET /v1/operations/{id}``).
+    ``agent_operation_id`` is the agent's own id for it (``GET /v1/operations/{id}``);
+    ``caller`` the name of the agent token that started it (None when the token had none).
     """
 
     id: int
@@ -145,6 +147,7 @@ class OperationRecord:
     last_event_seq: int
     started_at: datetime
     finished_at: datetime | None
+    caller: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,3 +211,13 @@ class ReportSchedule:
     created_by: str
     created_at: datetime
     enabled: bool
+
+
+@dataclass(frozen=True)
+class SchedulerLease:
+    """Which bot process runs the report scheduler on this database, and when it last said so."""
+
+    name: str
+    owner: str
+    acquired_at: datetime
+    heartbeat_at: datetime

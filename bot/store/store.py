@@ -16,6 +16,7 @@ from bot.store._proposals import ProposalsMixin
 from bot.store._refusals import RefusalsMixin
 from bot.store._revision_reads import RevisionReadsMixin
 from bot.store._revisions import RevisionsMixin
+from bot.store._scheduler_lock import SchedulerLockMixin
 
 __all__ = ["Store"]
 
@@ -27,6 +28,7 @@ class Store(
     OperationsMixin,
     RefusalsMixin,
     CapacityMixin,
+    SchedulerLockMixin,
 ):
     """Repository of revisions, proposals, operations, refusals, capacity samples, schedules."""
 

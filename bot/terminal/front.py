@@ -59,6 +59,10 @@ class TerminalFrontEnd:
     def unreachable(self, watch: Watch, since: datetime) -> None:
         self._write([unreachable_line(watch, hhmm(since))])
 
+    def post(self, channel: str, reply: Reply) -> None:
+        """A scheduled report (:class:`~bot.chat.replies.ReportPoster`), headed by its channel."""
+        self._write([f"[{channel}]", *reply_lines(reply)])
+
     def final(self, watch: Watch, view: ProgressView) -> None:
         """The operation's last lines, once it has ended."""
         self._write(final_line(watch, view))

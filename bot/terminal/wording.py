@@ -28,10 +28,19 @@ from bot.chat.replies import (
     ProposalReply,
     RefusalReply,
     Reply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
     StatusReply,
     UsageReply,
 )
-from bot.chat.wording import hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import clock as _clock
+from bot.chat.wording import count as _count
+from bot.chat.wording import doing as _doing
+from bot.chat.wording import figure as _num
+from bot.terminal.report_wording import report_reply_lines
 from bot.vocab import EventPhase, OperationState
 
 __all__ = [
@@ -42,39 +51,6 @@ __all__ = [
     "stopped_watching_line",
     "unreachable_line",
 ]
-
-PHASE_LABEL: dict[EventPhase, str] = {
-    EventPhase.PLANNED: "planned",
-    EventPhase.STOPPING: "stopping the server",
-    EventPhase.WAITING_GPUS: "waiting for the GPUs to free",
-    EventPhase.STARTING: "starting",
-    EventPhase.INIT: "init",
-    EventPhase.LOAD_WEIGHTS: "loading weights",
-    EventPhase.KV_POOL: "KV pool",
-    EventPhase.CUDA_GRAPH: "CUDA graphs",
-    EventPhase.HOST_POOL: "host pool",
-    EventPhase.HTTP: "HTTP up",
-    EventPhase.WARMUP: "warmup",
-    EventPhase.VERIFYING: "verifying",
-    EventPhase.READY: "ready",
-    EventPhase.STALLED: "stalled",
-    EventPhase.ROLLING_BACK: "rolling back",
-    EventPhase.ROLLED_BACK: "rolled back",
-    EventPhase.FAILED: "failed",
-}
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "?" if value is None else f"{value:,.{digits}f}"
-
-
-def _count(value: int | None) -> str:
-    return "?" if value is None else f"{value:,}"
-
-
-def _clock(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 60}:{whole % 60:02d}"
 
 
 def _eta(seconds: float | None) -> str:
@@ -110,6 +86,10 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
+    if isinstance(
+        reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
+    ):
+        return report_reply_lines(reply)
     assert isinstance(reply, NotYetReply)
     return [reply.text]
 
@@ -221,15 +201,6 @@ def _who(watch: Watch) -> str:
     if watch.proposed_by:
         parts.append(f"proposed by {watch.proposed_by}")
     return f" ({', '.join(parts)})" if parts else ""
-
-
-def _doing(view: ProgressView) -> str:
-    label = PHASE_LABEL.get(view.phase, str(view.phase)) if view.phase else "waiting"
-    if view.phase is EventPhase.LOAD_WEIGHTS and view.shard is not None:
-        return f"{label} {view.shard[0]}/{view.shard[1]} shards"
-    if view.phase is EventPhase.CUDA_GRAPH and view.graphs is not None:
-        return f"{label} {view.graphs[0]}/{view.graphs[1]}"
-    return label
 
 
 def _done_line(done: PhaseDone) -> str:

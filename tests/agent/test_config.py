@@ -28,7 +28,7 @@ def test_example_file_loads_with_documented_defaults() -> None:
     assert settings.headroom_gb == 40
     assert settings.stop_grace_s == 60
     assert settings.gpu_free_timeout_s == 120
-    assert settings.token.reveal() == "s3cret-token"
+    assert [token.secret.reveal() for token in settings.tokens] == ["s3cret-token"]
 
 
 def test_every_key_is_documented_in_the_example() -> None:
@@ -45,7 +45,7 @@ def test_every_key_is_documented_in_the_example() -> None:
 def test_token_is_read_from_the_named_variable_and_never_shown() -> None:
     """The token comes from the variable token_env names and stays out of repr."""
     settings = _settings({"token_env": "MY_TOKEN", "command": ["srv"]}, {"MY_TOKEN": "abc123"})
-    assert settings.token == Secret("abc123")
+    assert [token.secret for token in settings.tokens] == [Secret("abc123")]
     assert "abc123" not in repr(settings)
 
 

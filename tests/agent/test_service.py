@@ -10,6 +10,7 @@ import pytest
 
 from bot.agent.config import AgentSettings
 from bot.agent.service import build_service
+from bot.agent.tokens import TokenSet
 from bot.errors import KimiOpsError
 from bot.settings import Secret
 
@@ -20,7 +21,7 @@ def test_an_unusable_state_dir_is_a_clear_error_not_a_traceback(tmp_path: Path) 
     not_a_dir = tmp_path / "state"
     not_a_dir.write_text("a file, not a folder")
     settings = AgentSettings(
-        token=Secret("t"),
+        tokens=TokenSet.single(Secret("t")),
         command=(sys.executable, "-m", "bot.sim", "--model-path", "m"),
         state_dir=not_a_dir,
         log_file=tmp_path / "server.log",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import bot
 
-BOT_SIDE = ("chat", "terminal")
+BOT_SIDE = ("chat", "terminal", "slack")
 
 
 def _imports(path: Path) -> set[str]:
@@ -22,7 +22,8 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_no_bot_side_module_imports_the_agent() -> None:
-    """Every module under bot/chat and bot/terminal imports neither bot.agent nor its parts."""
+    """Every module under bot/chat, bot/terminal and bot/slack imports neither bot.agent nor
+    its parts."""
     root = Path(bot.__file__).parent
     modules = [path for side in BOT_SIDE for path in (root / side).rglob("*.py")]
     assert modules, "no bot-side modules found"

@@ -2,9 +2,9 @@
 the command, the scopes and the modes kimi-ops uses, nothing more.
 
 The schema is Slack's own (slackapi/manifest-schema, vendored under
-``tests/fixtures/slack_manifest_schema/`` with its source in the README there). The command and
-scopes below are the single source of truth the Slack app must import, so the manifest and the
-code cannot drift apart.
+``tests/fixtures/slack_manifest_schema/`` with its source in the README there). The command, the
+scopes and the request path are the Slack app's own (``bot.slack.spec``), so the manifest and
+the code cannot drift apart.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import yaml
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 
+from bot.slack.spec import BOT_SCOPES, REQUEST_PATH, SLASH_COMMAND
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 DEPLOY = CHECKOUT / "deploy"
 SCHEMA_DIR = CHECKOUT / "tests" / "fixtures" / "slack_manifest_schema"
@@ -27,13 +29,8 @@ SCHEMA_DIR = CHECKOUT / "tests" / "fixtures" / "slack_manifest_schema"
 SOCKET_MODE = DEPLOY / "slack-app-manifest.yaml"
 HTTP_MODE = DEPLOY / "slack-app-manifest.http.yaml"
 
-# What the Slack app registers and needs: the one slash command, and the bot scopes for replying,
-# posting and updating progress and reports (chat:write) and uploading a report's chart
-# (files:write). The Slack app must import these rather than spell them again.
-SLASH_COMMAND = "/kimi"
-BOT_SCOPES = frozenset({"commands", "chat:write", "files:write"})
-# Bolt's default path for commands, interactions and events alike.
-HTTP_REQUEST_URL = "https://kimi-ops.example.com/slack/events"
+# Bolt's default path for commands, interactions and events alike, on the example host.
+HTTP_REQUEST_URL = f"https://kimi-ops.example.com{REQUEST_PATH}"
 
 
 def _load(path: Path) -> dict[str, Any]:

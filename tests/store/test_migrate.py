@@ -100,6 +100,18 @@ SEED_ROWS["0002"] = {
     ],
     "operations": [{**SEED_ROWS["0001"]["operations"][0], "agent_operation_id": 2**62}],
 }  # fmt: skip
+SEED_ROWS["0003"] = {
+    **SEED_ROWS["0002"],
+    "operations": [{**SEED_ROWS["0002"]["operations"][0], "caller": "slack-bot"}],
+}
+
+SEED_ROWS["0004"] = {
+    **SEED_ROWS["0003"],
+    "scheduler_locks": [
+        {"name": "reports", "owner": "bot-1:4242:3f1c0a9e", "acquired_at": T0,
+         "heartbeat_at": T1},
+    ],
+}  # fmt: skip
 
 # Columns a migration converts on purpose: (table, column) -> how a value from before it reads.
 CONVERTED: dict[str, dict[tuple[str, str], Callable[[Any], Any]]] = {
@@ -160,7 +172,8 @@ def assert_upgrade_keeps_rows(url: str, from_revision: str, to_revision: str = "
         with engine.connect() as conn:
             for name, rows in seed.items():
                 table = after.tables[name]
-                got = [row._asdict() for row in conn.execute(select(table).order_by(table.c.id))]
+                query = select(table).order_by(*table.primary_key.columns)
+                got = [row._asdict() for row in conn.execute(query)]
                 assert [{k: _comparable(row[k]) for k in rows[0]} for row in got] == [
                     {k: _comparable(_converted(from_revision, name, k, v)) for k, v in row.items()}
                     for row in rows

@@ -106,9 +106,10 @@ class OperationManager:
         size_gb: float | None = None,
         revision: int | None = None,
         fingerprint: str | None = None,
+        caller: str | None = None,
     ) -> OperationView:
         """Start an operation, or raise (nothing changed) InputError, OperationConflict,
-        NotFound, StaleProposal or PlanRefused."""
+        NotFound, StaleProposal or PlanRefused. ``caller`` names the token that asked."""
         kind = _check_input(kind, actor, ratio, size_gb, revision)
         with self._lock:
             running = self.state.unfinished_operations()
@@ -153,7 +154,16 @@ class OperationManager:
             if kind is OperationKind.ROLLBACK:
                 rollback_of = current_rev.id
             return self._create(
-                kind, actor, ratio, size_gb, revision, plan, target_argv, setting, rollback_of
+                kind,
+                actor,
+                ratio,
+                size_gb,
+                revision,
+                plan,
+                target_argv,
+                setting,
+                rollback_of,
+                caller=caller,
             )
 
     def _recorded_revision(self, argv: list[str]) -> RevisionView | None:
@@ -236,13 +246,14 @@ class OperationManager:
         argv: list[str],
         setting: HiCacheSetting,
         rollback_of: int | None,
+        caller: str | None = None,
     ) -> OperationView:
         now = self.clock.now().isoformat(timespec="milliseconds")
         request = {"kind": kind.value, "ratio": ratio, "size_gb": size_gb, "revision": revision}
         plan_dict = None if plan is None else plan.to_dict()
         op_id = self.state.create_operation(
             kind=kind, actor=actor, created_at=now, request=request, plan=plan_dict,
-            rollback_of=rollback_of,
+            rollback_of=rollback_of, caller=caller,
         )  # fmt: skip
         rev_id = self.state.add_revision(
             argv=argv,

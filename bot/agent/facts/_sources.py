@@ -58,7 +58,16 @@ class ModelHints:
     model_path: str | None = None
     kv_cache_dtype: str = "auto"
     speculative: bool = False
+    max_total_tokens: int | None = None
 
+
+_HINT_FLAGS = (
+    "--model-path",
+    "--model",
+    "--kv-cache-dtype",
+    "--speculative-algorithm",
+    "--max-total-tokens",
+)
 
 # Only the beginning of the last run is read: its pool lines come within the first minutes of
 # output, and a run of weeks of request lines is not re-parsed on every status call.
@@ -101,19 +110,25 @@ def pools_of(report: StartupReport) -> LogPools:
 
 
 def model_hints(argv: Sequence[str]) -> ModelHints:
-    """``--model-path``, ``--kv-cache-dtype`` and ``--speculative-algorithm`` of a command line
-    (``--flag value`` or ``--flag=value``; the last one wins, as in argparse)."""
+    """``--model-path``, ``--kv-cache-dtype``, ``--speculative-algorithm`` and
+    ``--max-total-tokens`` of a command line (``--flag value`` or ``--flag=value``; the last one
+    wins, as in argparse; a cap that is not a whole number is left to SGLang's parser)."""
     values: dict[str, str] = {}
     for index, arg in enumerate(argv):
         name, sep, inline = arg.partition("=")
-        if name in ("--model-path", "--model", "--kv-cache-dtype", "--speculative-algorithm"):
+        if name in _HINT_FLAGS:
             value = inline if sep else (argv[index + 1] if index + 1 < len(argv) else "")
             values["--model-path" if name == "--model" else name] = value
     return ModelHints(
         model_path=values.get("--model-path") or None,
         kv_cache_dtype=values.get("--kv-cache-dtype") or "auto",
         speculative=bool(values.get("--speculative-algorithm")),
+        max_total_tokens=_whole(values.get("--max-total-tokens")),
     )
+
+
+def _whole(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() and int(text) > 0 else None
 
 
 def version_of(text: str | None) -> SGLangVersion:

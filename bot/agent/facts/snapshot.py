@@ -1,4 +1,4 @@
-"""The agent's facts: one snapshot of host and server, its fingerprint, and plans made on it.
+"""The agent's facts service: one snapshot of host and server, its fingerprint, and plans on it.
 
 Everything is read fresh per call (probe, server control, the SGLang client, the agent's state are
 cheap to ask), so a plan is always made on what the host looks like now. A failing source does
@@ -19,44 +19,17 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 from bot.agent.cmdline import HiCacheSetting, Topology, read_hicache, read_topology
-from bot.agent.config import AgentSettings, GuardSettings
-from bot.agent.engine.guard import guard_note
-from bot.agent.facts._sources import (
-    LOG_RUN_BYTES,
-    LogPools,
-    device_from_info,
-    kv_gib_from_info,
-    model_hints,
-    page_size,
-    pools_of,
-    report_of_text,
-    version_of,
-)
+from bot.agent.config import AgentSettings
+from bot.agent.facts._capacity import CapacityReader
+from bot.agent.facts._planning import plan_on
+from bot.agent.facts._values import Capacity, FactsSnapshot, ServerSnapshot
 from bot.agent.host.probe import GpuFacts, HostProbe, RamFacts
 from bot.clock import Clock
-from bot.errors import KimiOpsError, PlanInputError, ProbeError
-from bot.planner import (
-    GB,
-    ChangeRequest,
-    DevicePool,
-    GiB,
-    HostExtra,
-    HostMemory,
-    KvShape,
-    Plan,
-    ServerFacts,
-    StartSample,
-    host_pool_for_ratio,
-    host_pool_for_size,
-    kv_shape_from_config,
-    make_plan,
-)
+from bot.errors import KimiOpsError, ProbeError
+from bot.planner import ChangeRequest, Plan, StartSample
 from bot.vocab import ServerState
 
 __all__ = [
@@ -103,60 +76,6 @@ class _State(Protocol):
     def last_start_capacity(self) -> tuple[int, float | None, int | None, float | None] | None: ...
 
 
-@dataclass(frozen=True)
-class ServerSnapshot:
-    """The server as seen now: ``state`` is ``ServerState`` (``starting`` also while the process
-    runs but ``/health`` does not answer 200 yet; ``unknown`` when the backend could not tell)."""
-
-    state: ServerState
-    health_code: int | None = None
-    version: str | None = None
-    pid: int | None = None
-    started_at: float | None = None
-    uptime_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """KV capacity per rank: the device pool and the HiCache host pool. ``source`` says where the
-    device figures came from: "server_info", "last_start" or None (unknown)."""
-
-    device_tokens: int | None = None
-    kv_bytes_per_token: float | None = None
-    host_tokens_per_rank: int | None = None
-    host_gb_per_rank: float | None = None
-    ranks: int | None = None
-    page_size: int = 1
-    source: str | None = None
-    # For plans: the device pool's GiB as logged (two decimals), the last start's other host
-    # pools, and what its log says of a draft pool or of pools it could not tell apart.
-    kv_gib: float | None = None
-    host_extras: tuple[HostExtra, ...] = ()
-    draft_kv_gib: float | None = None
-    device_pool_undecided: str | None = None
-
-
-@dataclass(frozen=True)
-class FactsSnapshot:
-    """One reading of host and server; ``None`` parts could not be read (see ``problems``)."""
-
-    host: str
-    backend: str
-    probe: str
-    server: ServerSnapshot
-    command: tuple[str, ...] | None
-    hicache: HiCacheSetting | None
-    topology: Topology | None
-    capacity: Capacity
-    ram: RamFacts | None
-    server_held_bytes: int
-    gpus: GpuFacts
-    fingerprint: str
-    problems: tuple[str, ...] = ()
-    errors: tuple[KimiOpsError, ...] = field(default=(), repr=False, compare=False)
-    guard: GuardSettings = field(default_factory=GuardSettings)
-
-
 def fingerprint_of(
     hicache: HiCacheSetting | None, pid: int | None, started_at: float | None, version: str | None
 ) -> str:
@@ -196,7 +115,7 @@ class FactsService:
         # The version is only served while the server answers; remember it per server instance
         # so a busy /server_info does not change the fingerprint (and void every proposal).
         self._versions: dict[tuple[int, float | None], str] = {}
-        self._log_cache: tuple[str, LogPools] | None = None
+        self._capacity = CapacityReader(control, state)
         self._lock = threading.Lock()
 
     # -- the snapshot ------------------------------------------------------------------------
@@ -214,7 +133,7 @@ class FactsService:
             except ProbeError as exc:
                 errors.append(exc)
         gpus = self._gpus(errors)
-        capacity = self._capacity(info, hicache, topology, errors, server.state.running)
+        capacity = self._capacity.read(info, hicache, topology, errors, server.state.running)
         return FactsSnapshot(
             host=self._settings.host_name,
             backend=self._settings.backend,
@@ -295,98 +214,6 @@ class FactsService:
             errors.append(exc)
             return GpuFacts(available=False, reason=str(exc))
 
-    def _capacity(
-        self,
-        info: dict[str, Any] | None,
-        hicache: HiCacheSetting | None,
-        topology: Topology | None,
-        errors: list[KimiOpsError],
-        running: bool = False,
-    ) -> Capacity:
-        ranks = None if topology is None else topology.local_ranks
-        pages = page_size(info, topology)
-        tokens, per_token = device_from_info(info)
-        kv_gib = kv_gib_from_info(info) if tokens is not None else None
-        source = "server_info" if tokens is not None else None
-        host_tokens: int | None = None
-        host_gb: float | None = None
-        logged = self._device_from_log(running)
-        if tokens is None and logged.tokens is not None:
-            tokens, per_token, kv_gib, source = (
-                logged.tokens,
-                logged.per_token,
-                logged.kv_gib,
-                "startup_log",
-            )
-            host_tokens, host_gb = logged.host_tokens, logged.host_gb
-        try:
-            recorded = self._state.last_start_capacity()
-        except KimiOpsError as exc:
-            errors.append(exc)
-            recorded = None
-        if recorded is not None:
-            rec_tokens, rec_per_token, rec_host_tokens, rec_host_gb = recorded
-            if tokens is None and rec_tokens:
-                tokens, per_token, source = int(rec_tokens), rec_per_token, "last_start"
-                if rec_per_token:
-                    # Recorded as the logged GiB divided by the tokens: that GiB, as logged.
-                    kv_gib = round(rec_per_token * tokens / GiB, 2)
-            if host_gb is None:
-                host_tokens, host_gb = rec_host_tokens or None, rec_host_gb or None
-        if host_gb is None and hicache is not None and hicache.enabled:
-            # No record of a start: size the pool from the flags, as SGLang will.
-            pool = DevicePool(tokens=tokens, bytes_per_token=per_token)
-            effective = hicache.effective()
-            size = (
-                host_pool_for_size(effective.size_gb, pool, pages)
-                if effective.size_gb is not None
-                else host_pool_for_ratio(effective.ratio or 0.0, pool, pages)
-            )
-            if size is not None:
-                host_tokens, host_gb = size.tokens, round(size.bytes / GB, 2)
-        return Capacity(
-            device_tokens=tokens,
-            kv_bytes_per_token=None if per_token is None else round(per_token, 1),
-            host_tokens_per_rank=host_tokens,
-            host_gb_per_rank=host_gb,
-            ranks=ranks,
-            page_size=pages,
-            source=source,
-            kv_gib=kv_gib,
-            host_extras=logged.host_extras,
-            draft_kv_gib=logged.draft_kv_gib,
-            device_pool_undecided=logged.undecided if source == "startup_log" else None,
-        )
-
-    def _device_from_log(self, running: bool = False) -> LogPools:
-        """Device pool and host pools per rank from the beginning of the server's last run (the
-        log file or the journal): the device pool when the server is down, the draft pool and
-        the extra host pools always.
-
-        A parse is kept for the run only once it is complete (ready, failed, or its host pool
-        logged and the server no longer running): those lines never change after that. A run
-        still starting is read again on each call (at most LOG_RUN_BYTES), so a parse taken
-        before its pool lines (a DSA indexer's comes after the KV host pool) is not kept.
-        """
-        nothing = LogPools()
-        try:
-            key = self._control.last_run_key()
-            if key is None:
-                return nothing
-            with self._lock:
-                cached = self._log_cache
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            report = report_of_text(self._control.last_run_log(LOG_RUN_BYTES))
-            pools = pools_of(report)
-            done = report.ready or report.failure is not None
-            if pools.tokens is not None and (done or (pools.host_gb is not None and not running)):
-                with self._lock:
-                    self._log_cache = (key, pools)
-        except KimiOpsError:
-            return nothing
-        return pools
-
     # -- status and plans --------------------------------------------------------------------
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
@@ -399,58 +226,5 @@ class FactsService:
 
     def plan_on(self, snap: FactsSnapshot, request: ChangeRequest) -> Plan:
         """The Plan for ``request`` on an existing snapshot."""
-        if snap.ram is None or snap.topology is None or snap.hicache is None:
-            missing = [name for name, value in (("host RAM", snap.ram), ("the command line",
-                       snap.topology)) if value is None]  # fmt: skip
-            raise next(
-                iter(snap.errors),
-                ProbeError(f"cannot plan without {' and '.join(missing) or 'the HiCache flags'}"),
-            )
-        capacity = snap.capacity
-        memory = HostMemory(
-            available_bytes=snap.ram.available_bytes,
-            server_held_bytes=snap.server_held_bytes,
-            cgroup_limit_bytes=snap.ram.cgroup_limit_bytes,
-        )
-        hints = model_hints(snap.command or ())
-        pool = DevicePool(
-            tokens=capacity.device_tokens, bytes_per_token=capacity.kv_bytes_per_token
-        )
-        if capacity.kv_gib is not None:
-            pool = DevicePool.from_log(capacity.device_tokens, capacity.kv_gib)
-        draft = capacity.draft_kv_gib
-        server = ServerFacts(
-            ranks=capacity.ranks or 1,
-            device_pool=pool,
-            page_size=capacity.page_size,
-            version=version_of(snap.server.version),
-            host_tokens_per_rank_now=capacity.host_tokens_per_rank,
-            radix_cache_disabled=snap.topology.disable_radix_cache,
-            kv_shape=_model_kv_shape(hints.model_path, snap.topology.tp, hints.kv_cache_dtype),
-            speculative=hints.speculative,
-            device_pool_note=None
-            if draft is None
-            else f"a draft model's pool of {draft:.2f} GiB per rank beside it is not multiplied",
-            device_pool_undecided=capacity.device_pool_undecided,
-            host_extras=capacity.host_extras,
-        )
-        history: Sequence[StartSample] = self._state.startup_samples()
-        plan = make_plan(
-            request, server, memory, headroom_gb=self._settings.headroom_gb, history=history
-        )
-        return replace(plan, notes=(*plan.notes, guard_note(snap.guard, plan.budget_bytes)))
-
-
-def _model_kv_shape(model_path: str | None, tp_size: int, kv_cache_dtype: str) -> KvShape | None:
-    """The KV shape from ``--model-path``'s config.json when it is readable, else None (the
-    planner then works from the logged pool)."""
-    if not model_path:
-        return None
-    try:
-        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
-        if not isinstance(config, dict):
-            return None
-        return kv_shape_from_config(config, tp_size=tp_size, kv_cache_dtype=kv_cache_dtype)
-    except (OSError, ValueError, PlanInputError):
-        # A hub name, an unreadable or foreign config: the logged pool still sizes the plan.
-        return None
+        history = self._state.startup_samples()
+        return plan_on(snap, request, self._settings.headroom_gb, history)

@@ -1,39 +1,52 @@
 """Two ASGI layers around the agent's API: the bearer-token check, and the last-resort catch.
 
-The token check runs before routing and before the body is read, so a request without the right
-token learns nothing (not whether the path exists, not what the body should look like): it gets
-``401 {"detail": "unauthorized"}`` whatever is wrong with it. The catch turns an exception that
-escaped every handler into ``503 {"detail": ...}``, never a 500 with a traceback.
+The token check runs before routing and before the body is read, so a request without one of
+the accepted tokens (:mod:`bot.agent.tokens`) learns nothing (not whether the path exists, not
+what the body should look like, not which tokens exist): it gets ``401 {"detail":
+"unauthorized"}`` whatever is wrong with it. A read-only token may read and plan; anything else
+gets ``403 {"detail": "forbidden: ..."}``, the same for every read-only token. The matched
+token's caller name is left in the request's state (``request.state.caller``) for the routes
+that record it. The catch turns an exception that escaped every handler into
+``503 {"detail": ...}``, never a 500 with a traceback.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot.settings import Secret
+from bot.agent.tokens import AgentToken, TokenSet
 
-__all__ = ["BearerAuth", "CatchAll", "token_matches"]
+__all__ = ["CALLER_STATE", "READ_ONLY_REQUESTS", "BearerAuth", "CatchAll", "matching_token"]
 
 log = logging.getLogger("bot.agent.http.app")
 
 UNAUTHORIZED = json.dumps({"detail": "unauthorized"}).encode()
+FORBIDDEN = json.dumps(
+    {"detail": "forbidden: this token may read status, plans and operations, not change them"}
+).encode()
+#: The request-state key holding the matched token's caller name (None for an unnamed token).
+CALLER_STATE = "caller"
+#: What a read-only token may do besides GET and HEAD: planning changes nothing.
+READ_ONLY_REQUESTS = frozenset({("POST", "/v1/plans")})
 
 
-def token_matches(header: bytes | None, token: Secret) -> bool:
-    """True when ``header`` is ``Bearer <token>`` (scheme in any case), compared in constant
-    time. ``b"Bearer s3cret"`` matches ``Secret("s3cret")``; ``b"s3cret"`` and ``b"Basic ..."``
-    do not."""
+def matching_token(header: bytes | None, tokens: TokenSet) -> AgentToken | None:
+    """The token ``header`` carries as ``Bearer <token>`` (scheme in any case), or None.
+    ``b"Bearer s3cret"`` matches a token ``s3cret``; ``b"s3cret"`` and ``b"Basic ..."`` do not."""
     if not header:
-        return False
+        return None
     scheme, _, value = header.strip().partition(b" ")
     if scheme.lower() != b"bearer" or not value.strip():
-        return False
-    return hmac.compare_digest(value.strip(), token.reveal().encode())
+        return None
+    return tokens.match(value.strip())
+
+
+def _may(token: AgentToken, method: str, path: str) -> bool:
+    return not token.read_only or method in ("GET", "HEAD") or (method, path) in READ_ONLY_REQUESTS
 
 
 async def _send_json(
@@ -49,11 +62,12 @@ async def _send_json(
 
 
 class BearerAuth:
-    """Require ``Authorization: Bearer <token>`` on every HTTP path but ``open_paths``."""
+    """Require ``Authorization: Bearer <token>`` with one of ``tokens`` on every HTTP path but
+    ``open_paths``; a read-only token only on reads and plans."""
 
-    def __init__(self, app: ASGIApp, token: Secret, open_paths: Collection[str]) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenSet, open_paths: Collection[str]) -> None:
         self.app = app
-        self._token = token
+        self._tokens = tokens
         self._open = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -63,10 +77,15 @@ class BearerAuth:
         header = next(
             (value for name, value in scope["headers"] if name.lower() == b"authorization"), None
         )
-        if token_matches(header, self._token):
-            await self.app(scope, receive, send)
+        token = matching_token(header, self._tokens)
+        if token is None:
+            await _send_json(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
             return
-        await _send_json(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+        if not _may(token, scope["method"], scope["path"]):
+            await _send_json(send, 403, FORBIDDEN, [])
+            return
+        scope.setdefault("state", {})[CALLER_STATE] = token.name
+        await self.app(scope, receive, send)
 
 
 class CatchAll:

@@ -1,7 +1,9 @@
 """The agent's HTTP API (FastAPI): status, plans, operations with a long-poll, revisions.
 
 Other tools script against it, so routes and fields are extended, never renamed. Every route but
-``GET /healthz`` needs ``Authorization: Bearer <token>`` (else ``401 {"detail": "unauthorized"}``).
+``GET /healthz`` needs ``Authorization: Bearer <token>`` with one of the agent's tokens (else
+``401 {"detail": "unauthorized"}``); a read-only token gets ``403`` on ``POST /v1/operations``.
+An operation records the name of the token that started it as its ``caller``.
 Bodies are JSON objects checked by pydantic models that forbid unknown fields; a wrong body is
 ``422`` naming the field and changes nothing. Errors of the agent map to status codes:
 
@@ -29,7 +31,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bot.agent.http._auth import BearerAuth, CatchAll
+from bot.agent.http._auth import CALLER_STATE, BearerAuth, CatchAll
+from bot.agent.tokens import TokenSet
 from bot.errors import (
     InputError,
     KimiOpsError,
@@ -39,7 +42,6 @@ from bot.errors import (
     StaleProposal,
 )
 from bot.planner import ChangeRequest, Plan
-from bot.settings import Secret
 from bot.vocab import OperationKind, OperationState, RefusedBy
 
 __all__ = ["MAX_WAIT_S", "ApiService", "OperationBody", "PlanBody", "create_app"]
@@ -68,7 +70,7 @@ class ApiService(Protocol):
     """What the API asks of the agent (``bot.agent.service.AgentService`` provides it)."""
 
     @property
-    def token(self) -> Secret: ...
+    def tokens(self) -> TokenSet: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -82,6 +84,7 @@ class ApiService(Protocol):
         size_gb: float | None = None,
         revision: int | None = None,
         fingerprint: str | None = None,
+        caller: str | None = None,
     ) -> _Operation: ...
 
     def get(self, op_id: int) -> _Operation: ...
@@ -167,6 +170,7 @@ def create_app(service: ApiService) -> FastAPI:
         redoc_url=None,
         responses={
             401: {"description": 'missing or wrong bearer token: {"detail": "unauthorized"}'},
+            403: {"description": "a read-only token asked to start an operation"},
             503: {"description": "the host, the server control or the state could not answer"},
         },
     )
@@ -211,7 +215,7 @@ def create_app(service: ApiService) -> FastAPI:
             422: {"description": "invalid body, or the plan is refused (with the Plan)"},
         },
     )
-    def submit(body: OperationBody) -> JSONResponse:
+    def submit(body: OperationBody, request: Request) -> JSONResponse:
         operation = service.submit(
             kind=body.kind,
             actor=body.actor,
@@ -219,6 +223,7 @@ def create_app(service: ApiService) -> FastAPI:
             size_gb=body.size_gb,
             revision=body.revision,
             fingerprint=body.fingerprint,
+            caller=getattr(request.state, CALLER_STATE, None),
         )
         return JSONResponse(
             {"id": operation.id, "operation": operation.to_dict()},
@@ -262,7 +267,7 @@ def create_app(service: ApiService) -> FastAPI:
         return {"revisions": [revision.to_dict() for revision in service.revisions()]}
 
     # Outermost first: the catch-all wraps the token check, which runs before any routing.
-    app.add_middleware(BearerAuth, token=service.token, open_paths=("/healthz",))
+    app.add_middleware(BearerAuth, tokens=service.tokens, open_paths=("/healthz",))
     app.add_middleware(CatchAll)
     return app
 

@@ -12,6 +12,8 @@ Steps:
 
 1 -> 2  ``operations.cursor`` (a dict the runner read with ``.get()``) becomes
         ``operations.resume_point`` (a versioned ``ResumePoint`` as JSON).
+2 -> 3  ``operations.caller``: the name of the token that started the operation (NULL for
+        operations from before names, and for unnamed tokens).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ __all__ = ["SCHEMA_VERSION", "events", "metadata", "migrate", "operations", "rev
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = sa.MetaData()
 operations = sa.Table(
@@ -50,6 +52,7 @@ operations = sa.Table(
     sa.Column("failure", sa.JSON),
     # The runner's position (ResumePoint.to_json()) for resume().
     sa.Column("resume_point", sa.JSON),
+    sa.Column("caller", sa.String(64)),
 )
 events = sa.Table(
     "events",
@@ -99,8 +102,13 @@ def _cursor_to_resume_point(conn: Connection) -> None:
         conn.exec_driver_sql("UPDATE operations SET resume_point = ? WHERE id = ?", (value, op_id))
 
 
+def _add_caller(conn: Connection) -> None:
+    """Schema 3: who started each operation, by token name (unknown for older ones)."""
+    conn.exec_driver_sql("ALTER TABLE operations ADD COLUMN caller VARCHAR(64)")
+
+
 #: ``STEPS[n]`` brings a schema-``n`` file to ``n + 1``.
-STEPS: dict[int, Callable[[Connection], None]] = {1: _cursor_to_resume_point}
+STEPS: dict[int, Callable[[Connection], None]] = {1: _cursor_to_resume_point, 2: _add_caller}
 
 
 def _version(conn: Connection) -> int:

@@ -105,6 +105,7 @@ class AgentState:
         revision: int | None = None,
         rollback_of: int | None = None,
         state: OperationState = OperationState.RUNNING,
+        caller: str | None = None,
     ) -> int:
         with self._guard("record an operation"), self._write() as conn:
             result = conn.execute(
@@ -117,6 +118,7 @@ class AgentState:
                     plan=None if plan is None else dict(plan),
                     revision=revision,
                     rollback_of=rollback_of,
+                    caller=caller,
                 )
             )
             key = result.inserted_primary_key
@@ -353,6 +355,7 @@ def _operation_view(row: sa.RowMapping) -> OperationView:
         rollback_of=row["rollback_of"],
         outcome=row["outcome"],
         failure=row["failure"],
+        caller=row["caller"],
     )
 
 

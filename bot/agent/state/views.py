@@ -43,6 +43,8 @@ class OperationView:
     rollback_of: int | None
     outcome: str | None
     failure: Mapping[str, Any] | None
+    #: The name of the token that started it (``NAME:TOKEN``); None for an unnamed token.
+    caller: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -62,6 +64,7 @@ class OperationView:
             "rollback_of": self.rollback_of,
             "outcome": self.outcome,
             "failure": None if self.failure is None else dict(self.failure),
+            "caller": self.caller,
         }
 
 

@@ -11,6 +11,7 @@ import pytest
 from bot.agent.config import AgentSettings
 from bot.agent.host.sim import SimProbe
 from bot.agent.service import make_probe
+from bot.agent.tokens import TokenSet
 from bot.settings import Secret
 from bot.sim import load_profile
 from tests.agent.conftest import Spawn, wait_until
@@ -51,7 +52,7 @@ def test_stray_from_the_simulator_holds_the_gpus(tmp_path: Path, spawn: Spawn) -
 def test_make_probe_picks_the_simulator(tmp_path: Path) -> None:
     """probe = "sim" gives a SimProbe on the configured profile and state dir."""
     settings = AgentSettings(
-        token=Secret("t"),
+        tokens=TokenSet.single(Secret("t")),
         probe="sim",
         sim_profile="small-2gpu",
         sim_state_dir=tmp_path,

@@ -1,0 +1,115 @@
+"""Does a capacity report over 20 hosts take about as long as over one?
+
+Starts --hosts (default 20) agent stand-ins on 127.0.0.1 port 0, each answering ``GET
+/v1/status`` after --latency-s (default 1.0: the agent reads psutil and NVML, about 1 s) and
+``GET /v1/operations`` at once, then times :func:`collect_reports` over one host and over all,
+through the bot's real AgentClient. Stand-ins, not agents: on one machine 20 agents would
+compete for its cores, which 20 GPU hosts do not; what is measured is the bot asking in parallel.
+Prints one JSON line:
+
+    {"bench": "reports_parallel", "hosts": 20, "latency_s": 1.0, "one_host_s": ...,
+     "all_hosts_s": ..., "ratio": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from bot.chat.agent_client import AgentClient
+from bot.clock import SystemClock
+from bot.reports.runtime import ServerMetricsSource, collect_reports
+from bot.settings import Secret
+
+TOKEN = "bench-t0ken"
+
+
+def _status(name: str) -> dict[str, Any]:
+    return {
+        "host": {"name": name},
+        "server": {"state": "running", "health_code": 200, "version": "0.5.9", "uptime_s": 60.0},
+        "config": {"enable_hierarchical_cache": True, "hicache_ratio": 2.0,
+                   "effective": "ratio 2 x device pool"},
+        "capacity": {"device_tokens": 159274, "host_tokens_per_rank": 318549,
+                     "host_gb_per_rank": 22.39, "ranks": 8},
+        "ram": {"total_gb": 449.0, "available_gb": 237.9},
+        "gpus": {"devices": []},
+    }  # fmt: skip
+
+
+@contextmanager
+def _stand_in(name: str, latency_s: float) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/v1/status"):
+                time.sleep(latency_s)
+                body = _status(name)
+            else:
+                body = {"operations": []}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _time(names: list[str], clients: dict[str, AgentClient]) -> float:
+    source = ServerMetricsSource({})
+    started = time.perf_counter()
+    reports = collect_reports(names, clients, source, SystemClock())
+    elapsed = time.perf_counter() - started
+    assert all(r.answered for r in reports), [r.problem for r in reports if not r.answered]
+    source.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=20)
+    parser.add_argument("--latency-s", type=float, default=1.0)
+    args = parser.parse_args()
+    names = [f"kimi-{n:02d}" for n in range(1, args.hosts + 1)]
+    with contextlib_stack(names, args.latency_s) as urls:
+        clients = {n: AgentClient(urls[n], Secret(TOKEN), host=n) for n in names}
+        try:
+            one = _time(names[:1], clients)
+            everyone = _time(names, clients)
+        finally:
+            for client in clients.values():
+                client.close()
+    print(json.dumps({
+        "bench": "reports_parallel", "hosts": args.hosts, "latency_s": args.latency_s,
+        "one_host_s": round(one, 3), "all_hosts_s": round(everyone, 3),
+        "ratio": round(everyone / one, 2),
+    }))  # fmt: skip
+
+
+@contextmanager
+def contextlib_stack(names: list[str], latency_s: float) -> Iterator[dict[str, str]]:
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        yield {n: stack.enter_context(_stand_in(n, latency_s)) for n in names}
+
+
+if __name__ == "__main__":
+    main()

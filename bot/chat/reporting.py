@@ -1,0 +1,73 @@
+"""What the core needs from capacity reporting, as a Protocol: :mod:`bot.reports.runtime`
+implements it, the core's report handlers call it, tests pass their own.
+
+The core keeps deciding (who may schedule, recording a recommendation as a proposal); the
+reporter gathers figures, draws charts, asks the planner and keeps schedules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bot.chat.agent_views import PlannedChange
+from bot.reports import Cadence, HostReport
+from bot.store.records import ReportSchedule
+
+__all__ = ["Advice", "ChartImage", "Reporter"]
+
+
+@dataclass(frozen=True)
+class ChartImage:
+    """A host's trend chart: the PNG, its file name and the alt text a front end must send."""
+
+    host: str
+    png: bytes = field(repr=False)
+    filename: str
+    alt: str
+    size_px: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A change the samples call for that the planner accepted on the host's live facts."""
+
+    evidence: str  # the figures that called for it
+    command: str  # "resize ratio 4"
+    change: PlannedChange
+    current: str | None  # the setting now, as a person reads it
+
+
+class Reporter(Protocol):
+    """Capacity reporting for the core's ``report`` commands; thread-safe."""
+
+    @property
+    def timezone(self) -> str:
+        """Where ``report daily HH:MM`` is read (``[reports] timezone``)."""
+        ...
+
+    def gather(self, hosts: tuple[str, ...]) -> tuple[HostReport, ...]:
+        """Every named host's report, asked in parallel; a silent host has ``problem`` set."""
+        ...
+
+    def chart(self, report: HostReport) -> ChartImage | None:
+        """The host's trend chart from stored samples (None for a host that did not answer)."""
+        ...
+
+    def advise(self, report: HostReport) -> Advice | None:
+        """A planner-checked change the samples call for, or None when nothing is wrong."""
+        ...
+
+    def schedule(
+        self, channel: str, cadence: Cadence, created_by: str, host: str | None = None
+    ) -> ReportSchedule:
+        """Report to ``channel`` on ``cadence`` (replacing that channel's schedule)."""
+        ...
+
+    def unschedule(self, channel: str) -> tuple[ReportSchedule, ...]:
+        """Stop ``channel``'s schedules; the ones stopped."""
+        ...
+
+    def schedules(self, channel: str | None = None) -> tuple[ReportSchedule, ...]:
+        """The schedules in force (in ``channel``, or everywhere)."""
+        ...

@@ -1,0 +1,130 @@
+"""The :class:`~bot.chat.reporting.Reporter` the core's ``report`` commands use: reports asked
+of the agents in parallel (each answering host's figures stored as a sample), charts from the
+stored samples, planner-checked advice, and the schedules in the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from bot.chat.agent_client import AgentClient
+from bot.chat.reporting import Advice, ChartImage
+from bot.clock import Clock
+from bot.reports import (
+    CHART_PX,
+    Cadence,
+    HostReport,
+    ReportSettings,
+    alt_text,
+    chart_window,
+    render_chart,
+    sample_of,
+)
+from bot.reports.runtime.advice import advise
+from bot.reports.runtime.collect import MetricsSource, collect_reports
+from bot.reports.runtime.triggers import first_run
+from bot.store import CapacitySample, ReportSchedule, Store
+
+__all__ = ["ReportDesk"]
+
+
+class ReportDesk:
+    """Reports over ``clients``' hosts; ``on_schedules_changed`` tells the scheduler (when this
+    process runs one) to pick a new or stopped schedule up at once."""
+
+    def __init__(
+        self,
+        clients: Mapping[str, AgentClient],
+        store: Store,
+        settings: ReportSettings,
+        source: MetricsSource,
+        clock: Clock,
+        on_schedules_changed: Callable[[], None] | None = None,
+    ) -> None:
+        self._clients = clients
+        self._store = store
+        self._settings = settings
+        self._source = source
+        self._clock = clock
+        self.on_schedules_changed = on_schedules_changed
+        self._schedule_lock = threading.Lock()
+
+    @property
+    def timezone(self) -> str:
+        return self._settings.timezone
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        return tuple(self._clients)
+
+    def gather(self, hosts: tuple[str, ...]) -> tuple[HostReport, ...]:
+        """Every host's report now; what each answering host said is also stored as a sample."""
+        reports = collect_reports(hosts, self._clients, self._source, self._clock)
+        for report in reports:
+            sample = sample_of(report)
+            if sample is not None:
+                self._store.add_capacity_sample(sample)
+        return reports
+
+    def samples(self, host: str, until: datetime | None = None) -> list[CapacitySample]:
+        """The host's samples of the chart's window (the last ``window_hours``)."""
+        now = until or self._clock.now()
+        since = now - timedelta(hours=self._settings.window_hours)
+        return self._store.capacity_samples(host, since, now + timedelta(microseconds=1))
+
+    def chart(self, report: HostReport) -> ChartImage | None:
+        if not report.answered:
+            return None
+        samples = self.samples(report.host, report.at)
+        start = chart_window(samples, report.at, self._settings.window_hours)
+        changes = tuple(c for c in report.changes if start <= c.at <= report.at)
+        png = render_chart(report.host, samples, changes, start, report.at)
+        return ChartImage(
+            host=report.host,
+            png=png,
+            filename=f"{report.host}-capacity-{report.at:%Y%m%d-%H%M}.png",
+            alt=alt_text(report.host, samples, changes),
+            size_px=CHART_PX,
+        )
+
+    def advise(self, report: HostReport) -> Advice | None:
+        if not report.answered:
+            return None
+        samples = self.samples(report.host, report.at)
+        client = self._clients[report.host]
+        return advise(report, samples, client, self._settings.rules, report.at)
+
+    def _changed(self) -> None:
+        if self.on_schedules_changed is not None:
+            self.on_schedules_changed()
+
+    def schedule(
+        self, channel: str, cadence: Cadence, created_by: str, host: str | None = None
+    ) -> ReportSchedule:
+        now = self._clock.now()
+        with self._schedule_lock:
+            for old in self._store.schedules(channel=channel):
+                self._store.delete_schedule(old.id)
+            made = self._store.add_schedule(
+                channel,
+                cadence.text,
+                first_run(cadence, self._settings.zone, now),
+                created_by,
+                host=host,
+                at=now,
+            )
+        self._changed()
+        return made
+
+    def unschedule(self, channel: str) -> tuple[ReportSchedule, ...]:
+        with self._schedule_lock:
+            stopped = tuple(self._store.schedules(channel=channel, enabled_only=True))
+            for old in self._store.schedules(channel=channel):
+                self._store.delete_schedule(old.id)
+        self._changed()
+        return stopped
+
+    def schedules(self, channel: str | None = None) -> tuple[ReportSchedule, ...]:
+        return tuple(self._store.schedules(channel=channel, enabled_only=True))

@@ -1,0 +1,60 @@
+"""The Bolt app: its Web API client (with retry handlers) and the listeners, wired to a
+:class:`~bot.slack.dispatch.Dispatch`. Listeners ack at once and hand over; nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_bolt import Ack, App
+from slack_sdk import WebClient
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+)
+
+from bot.settings import Secret
+from bot.slack.dispatch import Dispatch
+from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION, SLASH_COMMAND
+
+__all__ = ["RATE_LIMIT_RETRIES", "build_app", "web_client"]
+
+#: 429s retried by the client (after Retry-After) before the caller sees the error.
+RATE_LIMIT_RETRIES = 3
+_TIMEOUT_S = 15
+
+
+def web_client(token: Secret, api_url: str) -> WebClient:
+    """The Web API client: on ``api_url``, retrying connection errors and 429s."""
+    return WebClient(
+        token=token.reveal(),
+        base_url=api_url,
+        timeout=_TIMEOUT_S,
+        retry_handlers=[
+            ConnectionErrorRetryHandler(max_retry_count=2),
+            RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES),
+        ],
+    )
+
+
+def build_app(client: WebClient, dispatch: Dispatch, signing_secret: Secret | None) -> App:
+    """The Bolt app; ``signing_secret`` for HTTP mode (None: Socket Mode, where Slack's own
+    connection stands for the signature)."""
+    app = App(
+        client=client,
+        signing_secret=None if signing_secret is None else signing_secret.reveal(),
+        request_verification_enabled=signing_secret is not None,
+    )
+
+    @app.command(SLASH_COMMAND)
+    def kimi(ack: Ack, command: dict[str, Any]) -> None:
+        ack()
+        dispatch.command(command)
+
+    @app.action(APPLY_ACTION)
+    @app.action(CANCEL_ACTION)
+    def button(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        dispatch.click(body)
+
+    return app

@@ -1,0 +1,96 @@
+"""``kimi-ops bot [--config FILE] [--http --port N]``: the Slack app.
+
+Socket Mode by default (``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``): the bot connects out to Slack.
+With ``--http`` it serves ``/slack/events`` on ``--port`` (``SLACK_BOT_TOKEN``,
+``SLACK_SIGNING_SECRET``); port 0 picks a free one, logged as
+``kimi-ops bot: listening on http://0.0.0.0:PORT/slack/events``. A missing or malformed token
+is one line naming the variable, exit 2. On start the bot resumes watching every operation the
+store holds as unfinished, editing the same messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+
+from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+from bot.chat.config import load_chat_settings
+from bot.errors import ConfigError
+from bot.settings import find_config_path, load_config
+from bot.slack.config import load_slack_settings, read_tokens
+from bot.slack.http import HttpServer, bind
+from bot.slack.service import build_bot
+from bot.store import Store, StoreSettings, upgrade_to_head
+
+__all__ = ["configure", "run"]
+
+EXIT_USAGE = 2
+log = logging.getLogger(__name__)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="config file (default: $KIMI_OPS_CONFIG)")
+    parser.add_argument(
+        "--http", action="store_true", help="serve /slack/events instead of Socket Mode"
+    )
+    parser.add_argument("--port", type=int, default=3000, help="HTTP mode's port (0: any free)")
+    parser.add_argument("--listen", default="0.0.0.0", help="HTTP mode's address")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    try:
+        tokens = read_tokens(env, http=args.http)
+    except ConfigError as exc:
+        print(f"kimi-ops bot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.http and not 0 <= args.port <= 65535:
+        print(f"kimi-ops bot: --port {args.port} is not a TCP port (0 to 65535)", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    path = find_config_path(args.config, env)
+    config = load_config(path)
+    chat = load_chat_settings(config, path)
+    slack = load_slack_settings(config, env)
+    store_settings = StoreSettings.from_config(config, env)
+    url = store_settings.engine_url()
+    upgrade_to_head(url)
+    sock = bind(args.listen, args.port) if args.http else None
+    with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
+        bot = build_bot(chat, slack, tokens, store, env)
+        try:
+            bot.start()
+            if sock is not None:
+                server = HttpServer(bot.app, sock)
+                print(f"kimi-ops bot: listening on {server.url}", file=sys.stderr, flush=True)
+                server.run()
+            else:
+                assert tokens.app is not None
+                print("kimi-ops bot: connecting in Socket Mode", file=sys.stderr, flush=True)
+                _serve_socket_mode(SocketModeHandler(bot.app, app_token=tokens.app.reveal()))
+        finally:
+            bot.close()
+    return 0
+
+
+def _serve_socket_mode(handler: SocketModeHandler) -> None:
+    """Connect and stay connected until SIGINT or SIGTERM, then close the connection (the
+    handler's own ``start`` would wait forever and die on SIGTERM without closing anything)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    handler.connect()  # type: ignore[no-untyped-call]
+    try:
+        stop.wait()
+    finally:
+        handler.close()  # type: ignore[no-untyped-call]

@@ -1,0 +1,285 @@
+"""Slack as a :class:`~bot.chat.replies.FrontEnd`: replies, proposals and live progress messages.
+
+- A command's reply goes where :class:`Origin` says: proposals, status, hosts and history into
+  the channel (``chat.postMessage``), errors, refusals, usage and help to the sender alone
+  (its ``response_url``, else ``chat.postEphemeral``).
+- An operation's progress edits one message (``chat.update``): the proposal's when it came
+  from one, else the first one its progress posts; ready, failure, stall and rollback are
+  announced in that message's thread. Message places live in the store (:mod:`._book`).
+- A Slack error never stops a watcher: it is logged, and the next view replaces a lost edit;
+  a final edit is tried again until it lands (``FINAL_ATTEMPTS``).
+
+Called from the core's threads (watchers, the app's executor): thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.webhook import WebhookClient
+
+from bot.chat.audit import Watch
+from bot.chat.policy import Actor, RefusalKind
+from bot.chat.progress import ProgressView
+from bot.chat.replies import (
+    CancelledReply,
+    HelpReply,
+    HistoryReply,
+    HostsReply,
+    NotYetReply,
+    OperationReply,
+    ProblemReply,
+    ProposalReply,
+    RefusalReply,
+    Reply,
+    StatusReply,
+    UsageReply,
+)
+from bot.slack import messages
+from bot.slack._blocks import SlackMessage
+from bot.slack._book import MessageBook
+
+__all__ = ["FINAL_ATTEMPTS", "Origin", "SlackFrontEnd"]
+
+log = logging.getLogger(__name__)
+
+FINAL_ATTEMPTS = 6  # a final edit is tried this many times (each after the client's own retries)
+_FINAL_BACKOFF_S = 1.0
+
+
+@dataclass(frozen=True)
+class _Posted:
+    reply: ProposalReply
+    channel: str
+    ts: str
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a command came from: its channel, its sender and the ``response_url`` it carries."""
+
+    channel: str
+    user: str
+    response_url: str | None = None
+
+
+class SlackFrontEnd:
+    """Lays the core's replies and views out through ``client`` (a ``WebClient`` on the Web
+    API); ``channel`` is ``[slack] channel``, where proposals go (None: the command's)."""
+
+    def __init__(
+        self,
+        client: WebClient,
+        book: MessageBook,
+        channel: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = client
+        self._book = book
+        self._channel = channel
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._posting: dict[tuple[str, int], threading.Lock] = {}
+        # Open proposals this process posted, to close them when they expire or go void.
+        self._proposals: dict[int, _Posted] = {}
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def channel_for(self, origin: Origin) -> str:
+        """The channel a command's proposal (and so its operation) is posted in."""
+        return self._channel or origin.channel
+
+    def answer(self, origin: Origin) -> Callable[[Actor, Reply], None]:
+        """Where the reply to a command from ``origin`` goes (the core's ``reply_to``)."""
+        return lambda actor, reply: self._answer(origin, reply)
+
+    def reply(self, actor: Actor, reply: Reply) -> None:
+        """A reply with no command behind it (the core's default): to the configured channel."""
+        if self._channel is None:
+            log.warning("no [slack] channel for a reply to %s: %s", actor.id, type(reply).__name__)
+            return
+        self._answer(Origin(self._channel, actor.id), reply)
+
+    def _answer(self, origin: Origin, reply: Reply) -> None:
+        try:
+            self._route(origin, reply)
+        except SlackClientError as exc:
+            log.warning("could not answer %s in %s: %s", origin.user, origin.channel, exc)
+
+    def _route(self, origin: Origin, reply: Reply) -> None:
+        if isinstance(reply, ProposalReply):
+            self._post_proposal(origin, reply)
+        elif isinstance(reply, StatusReply):
+            self._visible(origin, [messages.status_card(reply)])
+        elif isinstance(reply, HostsReply):
+            self._visible(origin, [messages.hosts_message(reply)])
+        elif isinstance(reply, HistoryReply):
+            self._visible(origin, messages.history_pages(reply.host, reply.entries))
+        elif isinstance(reply, HelpReply):
+            self._private(origin, messages.help_message(reply.lines))
+        elif isinstance(reply, UsageReply):
+            self._private(origin, messages.ephemeral("usage", reply.reason, reply.usage))
+        elif isinstance(reply, ProblemReply | NotYetReply):
+            self._private(origin, messages.ephemeral("error", reply.text))
+        elif isinstance(reply, RefusalReply):
+            self._private(origin, messages.ephemeral("refused", reply.text))
+            self._close_refused(reply)
+        elif isinstance(reply, CancelledReply):
+            self._close(reply.proposal_id, messages.cancelled_line(reply.by))
+        else:
+            assert isinstance(reply, OperationReply)
+            # The operation's own message (the proposal's) shows it from now on; every other
+            # open proposal on that host is void.
+            self._void_others(reply)
+
+    def _post_proposal(self, origin: Origin, reply: ProposalReply) -> None:
+        channel = self.channel_for(origin)
+        try:
+            posted = self._post(channel, messages.proposal(reply))
+        except SlackApiError as exc:
+            self._private(origin, messages.post_failed(channel, _error(exc)))
+            return
+        self._book.attach_proposal(reply.id, posted)
+        if reply.plan.fits:
+            with self._lock:
+                self._proposals[reply.id] = _Posted(reply, channel, posted)
+
+    def _void_others(self, reply: OperationReply) -> None:
+        place = self._book.operation(reply.watch.host, reply.operation.id)
+        started = reply.operation.created_at
+        with self._lock:
+            on_host = [p for p in self._proposals.values() if p.reply.host == reply.watch.host]
+        for posted in on_host:
+            if place is not None and posted.ts == place.ts:
+                with self._lock:
+                    self._proposals.pop(posted.reply.id, None)  # it became the operation's
+            else:
+                self._close(posted.reply.id, messages.void_line(posted.reply.host, started))
+
+    def expire(self, now: datetime) -> int:
+        """Close every open proposal of this process whose time is up; how many were closed."""
+        with self._lock:
+            due = [p for p in self._proposals.values() if p.reply.expires_at <= now]
+        for posted in due:
+            self._close(posted.reply.id, messages.expired_line(posted.reply.expires_at))
+        return len(due)
+
+    def _close_refused(self, reply: RefusalReply) -> None:
+        refusal = reply.refusal
+        if refusal.proposal_id is None:
+            return
+        if refusal.kind is RefusalKind.EXPIRED:
+            self._close(refusal.proposal_id, messages.expired_line(refusal.at))
+        elif refusal.kind is RefusalKind.STALE:
+            self._close(refusal.proposal_id, messages.void_line(refusal.host or "?", refusal.at))
+
+    def _close(self, proposal_id: int, why: str) -> None:
+        """Replace a proposal's buttons with ``why``."""
+        place = self._book.proposal(proposal_id)
+        if place is None or place.channel is None or place.ts is None:
+            return
+        with self._lock:
+            shown = self._proposals.pop(proposal_id, None)
+        reply = None if shown is None else shown.reply
+        self._update(place.channel, place.ts, messages.closed_proposal(reply, proposal_id, why))
+
+    def _visible(self, origin: Origin, pages: list[SlackMessage]) -> None:
+        """The first page in the channel, the others in its thread."""
+        try:
+            first = self._post(origin.channel, pages[0])
+            for page in pages[1:]:
+                self._post(origin.channel, page, thread_ts=first)
+        except SlackApiError as exc:
+            self._private(origin, messages.post_failed(origin.channel, _error(exc)))
+
+    def _private(self, origin: Origin, message: SlackMessage) -> None:
+        if origin.response_url:
+            answer = WebhookClient(origin.response_url).send(
+                text=message.text,
+                blocks=list(message.blocks),
+                response_type="ephemeral",
+                replace_original=False,
+            )
+            if answer.status_code == 200:
+                return
+            log.info("response_url refused (%s); using chat.postEphemeral", answer.status_code)
+        self._client.chat_postEphemeral(
+            channel=origin.channel, user=origin.user, text=message.text, blocks=message.blocks
+        )
+
+    # -- an operation ----------------------------------------------------------------------
+
+    def progress(self, watch: Watch, view: ProgressView) -> None:
+        shown = messages.progress(watch, view)
+        attempts = FINAL_ATTEMPTS if view.finished else 1
+        for attempt in range(attempts):
+            try:
+                self._show(watch, shown)
+                return
+            except SlackClientError as exc:
+                log.warning("progress of %s #%s not shown: %s", watch.host, watch.operation_id, exc)
+                if attempt + 1 < attempts:
+                    self._sleep(_FINAL_BACKOFF_S)
+
+    def _show(self, watch: Watch, shown: SlackMessage) -> None:
+        with self._post_lock(watch):
+            place = self._book.operation(watch.host, watch.operation_id)
+            if place is None:
+                log.warning("operation %s #%s is not recorded", watch.host, watch.operation_id)
+                return
+            if place.channel is not None and place.ts is not None:
+                self._update(place.channel, place.ts, shown)
+                return
+            channel = place.channel or self._channel
+            if channel is None:
+                log.warning("no channel for operation %s #%s", watch.host, watch.operation_id)
+                return
+            self._book.attach_operation(place, channel, self._post(channel, shown))
+
+    def _post_lock(self, watch: Watch) -> threading.Lock:
+        with self._lock:
+            return self._posting.setdefault((watch.host, watch.operation_id), threading.Lock())
+
+    def notify(self, people: tuple[str, ...], watch: Watch, view: ProgressView) -> None:
+        self._thread_reply(watch, messages.notice(people, watch, view))
+
+    def unreachable(self, watch: Watch, since: datetime) -> None:
+        self._thread_reply(watch, messages.unreachable(watch, since))
+
+    def _thread_reply(self, watch: Watch, shown: SlackMessage) -> None:
+        place = self._book.operation(watch.host, watch.operation_id)
+        channel = (place.channel if place else None) or self._channel
+        if channel is None:
+            return
+        for attempt in range(FINAL_ATTEMPTS):
+            try:
+                self._post(channel, shown, thread_ts=place.ts if place else None)
+                return
+            except SlackClientError as exc:
+                log.warning("notice on %s #%s not posted: %s", watch.host, watch.operation_id, exc)
+                if attempt + 1 < FINAL_ATTEMPTS:
+                    self._sleep(_FINAL_BACKOFF_S)
+
+    # -- Web API ---------------------------------------------------------------------------
+
+    def _post(self, channel: str, shown: SlackMessage, thread_ts: str | None = None) -> str:
+        extra: dict[str, Any] = {} if thread_ts is None else {"thread_ts": thread_ts}
+        answer = self._client.chat_postMessage(
+            channel=channel, text=shown.text, blocks=list(shown.blocks), **extra
+        )
+        return str(answer["ts"])
+
+    def _update(self, channel: str, ts: str, shown: SlackMessage) -> None:
+        self._client.chat_update(channel=channel, ts=ts, text=shown.text, blocks=list(shown.blocks))
+
+
+def _error(exc: SlackApiError) -> str:
+    return str(exc.response.get("error", "error")) if exc.response is not None else str(exc)

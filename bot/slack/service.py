@@ -1,0 +1,101 @@
+"""The composition root of ``kimi-ops bot``: the core, the Slack front end, the executor and the
+Bolt app, built from settings; every part a test may replace is a parameter."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+from slack_bolt import App
+
+from bot.chat.agent_client import revisions_source
+from bot.chat.config import ChatSettings
+from bot.chat.core import ChatCore, build_core
+from bot.chat.store_audit import StoreAudit
+from bot.clock import Clock, SystemClock
+from bot.slack._book import MessageBook
+from bot.slack.app import build_app, web_client
+from bot.slack.config import SlackSettings, SlackTokens
+from bot.slack.dispatch import Dispatch
+from bot.slack.front import SlackFrontEnd
+from bot.store import Store
+
+__all__ = ["DEFAULT_SWEEP_S", "DEFAULT_WORKERS", "SlackBot", "build_bot"]
+
+log = logging.getLogger(__name__)
+
+#: How often proposals whose time is up get their buttons replaced.
+DEFAULT_SWEEP_S = 30.0
+#: The executor's threads: commands and clicks being carried out at once (agent calls included).
+DEFAULT_WORKERS = 8
+
+
+@dataclass
+class SlackBot:
+    """A bot's parts; :meth:`start` resumes the watches and closes expired proposals every
+    ``sweep_s``; :meth:`close` stops both (operations go on at their agents)."""
+
+    app: App
+    core: ChatCore
+    front: SlackFrontEnd
+    dispatch: Dispatch
+    executor: ThreadPoolExecutor
+    clock: Clock
+    sweep_s: float = DEFAULT_SWEEP_S
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        self.core.resume()
+        threading.Thread(target=self._sweep, name="slack-expiry", daemon=True).start()
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(self.sweep_s):
+            try:
+                self.front.expire(self.clock.now())
+            except Exception:  # a Slack or store error must not end the sweeps
+                log.exception("closing expired proposals failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.executor.shutdown(wait=True, cancel_futures=True)  # let running commands end
+        self.core.close()
+
+
+def build_bot(
+    chat: ChatSettings,
+    slack: SlackSettings,
+    tokens: SlackTokens,
+    store: Store,
+    environ: Mapping[str, str],
+    *,
+    clock: Clock | None = None,
+    transports: Mapping[str, httpx.BaseTransport] | None = None,
+    poll_wait_s: float = 20.0,
+    retry_s: float = 2.0,
+    workers: int = DEFAULT_WORKERS,
+    sweep_s: float = DEFAULT_SWEEP_S,
+) -> SlackBot:
+    """The bot over ``store``; ``tokens.signing_secret`` set means HTTP mode."""
+    client = web_client(tokens.bot, slack.api_url)
+    front = SlackFrontEnd(client, MessageBook(store), slack.channel)
+    audit = StoreAudit(store, revisions_source(chat, environ, transports))
+    the_clock = clock or SystemClock()
+    core = build_core(
+        chat,
+        audit,
+        front,
+        environ,
+        clock=the_clock,
+        channel=slack.channel or "slack",
+        transports=transports,
+        poll_wait_s=poll_wait_s,
+        retry_s=retry_s,
+    )
+    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
+    dispatch = Dispatch(core, front, executor)
+    app = build_app(client, dispatch, tokens.signing_secret)
+    return SlackBot(app, core, front, dispatch, executor, the_clock, sweep_s)

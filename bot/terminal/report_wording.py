@@ -1,0 +1,118 @@
+"""The terminal's layout of capacity reports and their schedules. One host, as printed::
+
+kimi-01: capacity at 09:00 UTC, server running, SGLang 0.5.9, up 2:13:05
+  hicache   ratio 2 x device pool (revision 3)
+  host RAM  449.0 GB total, 237.9 GB available, 179.2 GB held by HiCache
+  KV        device 159,274 tokens; host 318,549 tokens/rank
+  load      token usage 97%, 50 running, 80 queued, cache hit rate 12%
+  GPUs      0: 94.5/96.0 GB  1: 94.5/96.0 GB ...
+  last op   #4 resize ready, by ana at 08:12
+  chart     kimi-01-capacity-20261130-0900.png (720x720): Capacity of kimi-01: ...
+  advice    token usage 96-98% over the last 30 min ... -> proposal #7 (resize ratio 4)
+"""
+
+from __future__ import annotations
+
+from bot.chat.replies import (
+    HostReportView,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
+)
+from bot.chat.wording import hhmm
+from bot.reports import HostReport, ServerMetrics
+
+__all__ = ["report_reply_lines"]
+
+ReportReplies = ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
+
+
+def _gb(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.1f} GB"
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def _load(metrics: ServerMetrics | None) -> str:
+    if metrics is None:
+        return "no /metrics from this server (start SGLang with --enable-metrics)"
+    parts = []
+    if metrics.token_usage is not None:
+        parts.append(f"token usage {metrics.token_usage:.0%}")
+    if metrics.running_requests is not None:
+        parts.append(f"{metrics.running_requests} running")
+    if metrics.queued_requests is not None:
+        parts.append(f"{metrics.queued_requests} queued")
+    if metrics.cache_hit_rate is not None:
+        parts.append(f"cache hit rate {metrics.cache_hit_rate:.0%}")
+    return ", ".join(parts) or "none of the gauges kimi-ops reads"
+
+
+def _host(view: HostReportView) -> list[str]:
+    report: HostReport = view.report
+    if not report.answered:
+        return [f"{report.host}: agent unreachable at {hhmm(report.at)} ({report.problem})"]
+    revision = "" if report.revision is None else f" (revision {report.revision})"
+    gpus = "  ".join(
+        f"{g.index}: {'?' if g.used_gb is None else f'{g.used_gb:.1f}'}/"
+        f"{'?' if g.total_gb is None else f'{g.total_gb:.1f}'} GB"
+        for g in report.gpus
+    )
+    lines = [
+        f"{report.host}: capacity at {hhmm(report.at)}, server {report.server_state}, "
+        f"SGLang {report.version or '?'}, up {_uptime(report.uptime_s)}",
+        f"  hicache   {report.setting or 'unknown'}{revision}",
+        f"  host RAM  {_gb(report.ram_total_gb)} total, {_gb(report.ram_available_gb)} "
+        f"available, {_gb(report.hicache_gb)} held by HiCache",
+        f"  KV        device {report.device_tokens or 0:,} tokens; host "
+        f"{report.host_tokens_per_rank or 0:,} tokens/rank",
+        f"  load      {_load(report.metrics)}",
+        f"  GPUs      {gpus or 'none reported'}",
+    ]
+    last = report.last_operation
+    if last is not None:
+        lines.append(
+            f"  last op   #{last.id} {last.kind} {last.state}, by {last.actor} at {hhmm(last.at)}"
+        )
+    if view.chart is not None:
+        width, height = view.chart.size_px
+        lines.append(f"  chart     {view.chart.filename} ({width}x{height}): {view.chart.alt}")
+    if view.proposal is not None:
+        lines.append(
+            f"  advice    {view.evidence}: proposal #{view.proposal.id} "
+            f"({view.proposal.plan.setting}); 'apply {view.proposal.id}' to apply it"
+        )
+        lines.append(f"            {view.proposal.plan.reason}")
+    else:
+        lines.append("  advice    none: nothing in the samples calls for a change")
+    return lines
+
+
+def report_reply_lines(reply: ReportReplies) -> list[str]:
+    """The lines of a report or a schedule command's answer."""
+    if isinstance(reply, ReportReply):
+        head = [] if reply.schedule is None else [f"scheduled report #{reply.schedule.id}"]
+        return head + [line for view in reply.hosts for line in _host(view)]
+    if isinstance(reply, ReportScheduledReply):
+        s = reply.schedule
+        return [
+            f"capacity reports {reply.cadence} ({reply.timezone}) to {s.channel}, schedule "
+            f"#{s.id}; the first at {s.next_run_at:%Y-%m-%d %H:%M} UTC"
+        ]
+    if isinstance(reply, ReportStoppedReply):
+        if not reply.stopped:
+            return [f"no capacity reports were scheduled in {reply.channel}"]
+        return [f"stopped {len(reply.stopped)} capacity report schedule(s) in {reply.channel}"]
+    if not reply.schedules:
+        return ["no capacity reports are scheduled"]
+    return [
+        f"#{s.id} {cadence} ({reply.timezone}) to {s.channel}, by {s.created_by}; next "
+        f"{s.next_run_at:%Y-%m-%d %H:%M} UTC"
+        for s, cadence in zip(reply.schedules, reply.cadences, strict=True)
+    ]

@@ -1,0 +1,162 @@
+"""The core's report commands, through ChatCore.handle, on a real store and real agents."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+
+from bot.chat.core import ChatCore
+from bot.chat.handlers import REPORTS_PROPOSER
+from bot.chat.policy import Actor
+from bot.chat.replies import (
+    ProblemReply,
+    RefusalReply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
+    UsageReply,
+)
+from bot.reports import CHART_PX, ReportSettings
+from bot.reports.runtime import attach_reports
+from bot.store import Store
+from tests.chat._core_fixtures import RecordingFrontEnd, chat_settings, running_core
+from tests.chat.conftest import RunningAgent, free_port
+from tests.reports._fixtures import T0, SetClock, series
+
+ANA, EVE = Actor("ana"), Actor("eve")  # ana is an applier, eve is not
+
+
+@contextmanager
+def core_for(
+    hosts: dict[str, str], store: Store, clock: SetClock, reporter: bool = True
+) -> Iterator[ChatCore]:
+    front = RecordingFrontEnd()
+    with running_core(chat_settings(hosts), store, front, clock=clock) as core:
+        if reporter:
+            attach_reports(core, store, ReportSettings())
+        yield core
+
+
+def _dead() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def test_scheduling_needs_an_applier_and_records_nothing_otherwise(store: Store) -> None:
+    """eve may not schedule: refused, recorded as a refusal, no schedule stored."""
+    with core_for({"kimi-01": _dead()}, store, SetClock()) as core:
+        reply = core.handle("report every 6h", EVE)
+    assert isinstance(reply, RefusalReply)
+    assert store.schedules() == []
+
+
+def test_every_6h_is_stored_with_its_first_run_an_interval_on(store: Store) -> None:
+    """'report every 6h' stores cadence 'every 21600s' in this channel, first run now + 6 h."""
+    with core_for({"kimi-01": _dead()}, store, SetClock()) as core:
+        reply = core.handle("report every 6h", ANA)
+    assert isinstance(reply, ReportScheduledReply)
+    assert reply.cadence == "every 6h"
+    [stored] = store.schedules()
+    assert (stored.cadence, stored.channel) == ("every 21600s", "terminal")
+    assert stored.created_by == "ana"
+    assert stored.next_run_at == T0 + timedelta(hours=6)
+
+
+def test_daily_replaces_the_channels_schedule_and_is_listed(store: Store) -> None:
+    """'daily 09:00' after 'every 6h' leaves one schedule, next at 09:00 UTC (T0 is 06:00)."""
+    with core_for({"kimi-01": _dead()}, store, SetClock()) as core:
+        core.handle("report every 6h", ANA)
+        core.handle("report daily 09:00", ANA)
+        listed = core.handle("report schedules", EVE)
+    assert isinstance(listed, ReportSchedulesReply)
+    assert listed.cadences == ("daily 09:00",)
+    assert [s.next_run_at for s in listed.schedules] == [T0.replace(hour=9)]
+
+
+def test_off_stops_the_channels_schedules(store: Store) -> None:
+    """'report off' deletes them and says which; a second 'off' finds none."""
+    with core_for({"kimi-01": _dead()}, store, SetClock()) as core:
+        core.handle("report every 6h", ANA)
+        stopped = core.handle("report off", ANA)
+        again = core.handle("report off", ANA)
+    assert isinstance(stopped, ReportStoppedReply)
+    assert len(stopped.stopped) == 1
+    assert isinstance(again, ReportStoppedReply)
+    assert again.stopped == ()
+    assert store.schedules() == []
+
+
+def test_a_bad_interval_is_a_usage_error_and_stores_nothing(store: Store) -> None:
+    """'every 2m' is below the 5 minute floor: usage, nothing stored."""
+    with core_for({"kimi-01": _dead()}, store, SetClock()) as core:
+        reply = core.handle("report every 2m", ANA)
+    assert isinstance(reply, UsageReply)
+    assert store.schedules() == []
+
+
+def test_without_a_reporter_the_commands_say_so(store: Store) -> None:
+    """A core with no reporter attached answers every report command with a problem."""
+    with core_for({"kimi-01": _dead()}, store, SetClock(), reporter=False) as core:
+        replies = [core.handle(text, ANA) for text in ("report", "report every 6h", "report off")]
+    assert all(isinstance(r, ProblemReply) for r in replies)
+
+
+def test_an_agent_that_does_not_answer_is_listed_as_unreachable(store: Store) -> None:
+    """The report lists the silent host with its problem, no chart, no sample stored."""
+    with core_for({"kimi-02": _dead()}, store, SetClock()) as core:
+        reply = core.handle("report", ANA)
+    assert isinstance(reply, ReportReply)
+    [view] = reply.hosts
+    assert not view.report.answered
+    assert view.report.problem
+    assert view.chart is None
+    assert store.capacity_samples("kimi-02", T0 - timedelta(days=1)) == []
+
+
+@pytest.mark.slow
+def test_a_report_of_a_live_host_has_its_figures_a_chart_and_a_sample(
+    kimi: RunningAgent, store: Store
+) -> None:
+    """The simulated host's RAM, tokens and setting; a PNG of CHART_PX; one sample stored."""
+    clock = SetClock()
+    with core_for({"kimi-01": kimi.url}, store, clock) as core:
+        reply = core.handle("report kimi-01", EVE)
+    assert isinstance(reply, ReportReply)
+    [view] = reply.hosts
+    report = view.report
+    assert report.answered, report.problem
+    assert report.ram_total_gb == pytest.approx(449.0, abs=1)
+    assert report.setting is not None
+    assert "ratio 2" in report.setting
+    assert report.ranks == 8
+    assert report.device_tokens
+    assert view.chart is not None
+    assert view.chart.size_px == CHART_PX
+    assert view.proposal is None  # one sample, no /metrics: no evidence
+    [sample] = store.capacity_samples("kimi-01", T0 - timedelta(days=1))
+    assert sample.at == T0
+
+
+@pytest.mark.slow
+def test_samples_calling_for_growth_become_a_proposal_anyone_can_apply(
+    kimi: RunningAgent, store: Store
+) -> None:
+    """Stored samples of a queue at high usage: the report records a fitting proposal by
+    kimi-ops, which the audit holds like any resize proposal."""
+    clock = SetClock(T0 + timedelta(hours=2))
+    for sample in series("kimi-01", clock.now() - timedelta(minutes=1), 7, usage=0.97, queued=80):
+        store.add_capacity_sample(sample)
+    with core_for({"kimi-01": kimi.url}, store, clock) as core:
+        reply = core.handle("report", EVE)
+        assert isinstance(reply, ReportReply)
+        [view] = reply.hosts
+        assert view.proposal is not None, view
+        assert view.proposal.plan.fits
+        assert view.proposal.proposed_by == REPORTS_PROPOSER
+        assert view.evidence is not None
+        terms = core.context.audit.proposal(view.proposal.id)
+    assert terms.host == "kimi-01"
+    assert terms.ratio == view.proposal.plan.ratio

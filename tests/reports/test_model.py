@@ -1,0 +1,88 @@
+"""The report model: Prometheus figures, a report from an agent's answers, the stored sample."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from bot.chat.agent_views import AgentOperation, AgentStatus
+from bot.reports import ServerMetrics, metrics_from_mapping, parse_prometheus, sample_of
+from bot.reports.model import HostReport
+from bot.reports.runtime import report_from
+from tests.reports._fixtures import GB, T0, SetClock, status_json
+
+# What SGLang 0.5.9 serves on /metrics with --enable-metrics and two data-parallel ranks.
+TWO_RANKS = """\
+# HELP sglang:token_usage The token usage
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="kimi",dp_rank="0"} 0.96
+sglang:token_usage{model_name="kimi",dp_rank="1"} 0.98
+sglang:num_running_reqs{model_name="kimi",dp_rank="0"} 25.0
+sglang:num_running_reqs{model_name="kimi",dp_rank="1"} 25.0
+sglang:num_queue_reqs{model_name="kimi",dp_rank="0"} 30.0
+sglang:num_queue_reqs{model_name="kimi",dp_rank="1"} 50.0
+sglang:cache_hit_rate{model_name="kimi",dp_rank="0"} 0.125
+sglang:cache_hit_rate{model_name="kimi",dp_rank="1"} nan
+sglang:gen_throughput{model_name="kimi"} not-a-number
+"""
+
+
+def _operation(op_id: int, state: str, minutes: int, setting: str | None) -> AgentOperation:
+    plan = None
+    if setting is not None:
+        plan = {"request": {"ratio": 4}, "verdict": "fits", "reason": "fits", "ranks": 8,
+                "setting": setting}  # fmt: skip
+    body = {"id": op_id, "kind": "resize", "state": state, "actor": "ana",
+            "created_at": (T0 + timedelta(minutes=minutes)).isoformat(),
+            "finished_at": (T0 + timedelta(minutes=minutes + 9)).isoformat(),
+            "plan": plan, "revision": op_id + 10}  # fmt: skip
+    return AgentOperation.from_json(body)
+
+
+def test_gauges_of_two_ranks_average_fractions_and_add_counts() -> None:
+    """Two DP ranks at 96% and 98% read 97%; their queues (30 + 50) add up; NaN is skipped."""
+    metrics = metrics_from_mapping(parse_prometheus(TWO_RANKS))
+    assert metrics == ServerMetrics(
+        token_usage=pytest.approx((0.96 + 0.98) / 2),
+        running_requests=50,
+        queued_requests=80,
+        cache_hit_rate=0.125,
+    )
+
+
+def test_a_server_without_the_gauges_has_no_metrics() -> None:
+    """Text without any gauge kimi-ops reads gives None, not zeros."""
+    assert metrics_from_mapping(parse_prometheus("# nothing\nprocess_cpu_seconds 4.0\n")) is None
+
+
+def test_a_report_carries_the_agents_figures_and_the_ready_configs() -> None:
+    """RAM held by HiCache is GB per rank x ranks; the revision and the chart's changes come from
+    the operations that became ready, the last operation is the newest."""
+    status = AgentStatus.from_json(status_json())
+    operations = (
+        _operation(3, "failed", 40, "ratio 8"),
+        _operation(2, "ready", 20, "ratio 4"),
+        _operation(1, "ready", 0, "ratio 2"),
+    )
+    report = report_from(status, operations, None, "kimi-01", SetClock())
+    assert report.hicache_gb == pytest.approx(22.39 * 8)
+    assert report.revision == 12
+    assert [c.label for c in report.changes] == ["ratio 2", "ratio 4"]
+    assert report.changes[1].at == T0 + timedelta(minutes=29)
+    assert report.last_operation is not None
+    assert report.last_operation.id == 3
+    assert [g.used_gb for g in report.gpus] == [94.51, 94.49]
+
+
+def test_the_sample_of_a_report_keeps_bytes_and_fractions() -> None:
+    """GB become bytes (1e9), metrics go to their columns; a silent host gives no sample."""
+    status = AgentStatus.from_json(status_json())
+    metrics = ServerMetrics(token_usage=0.97, running_requests=50, queued_requests=80)
+    sample = sample_of(report_from(status, (), metrics, "kimi-01", SetClock()))
+    assert sample is not None
+    assert sample.ram_available_bytes == round(237.9 * GB)
+    assert sample.hicache_host_bytes == round(22.39 * 8 * GB)
+    assert (sample.token_usage, sample.queued_requests) == (0.97, 80)
+    assert sample.gpus[0]["used_bytes"] == round(94.51 * GB)
+    assert sample_of(HostReport(host="kimi-02", at=T0, problem="connection refused")) is None

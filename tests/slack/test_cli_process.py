@@ -1,0 +1,105 @@
+"""``kimi-ops bot`` as a process, in both modes, against the Slack stand-ins (its agent a port
+nobody listens on): it reads its tokens and KIMI_SLACK_API_URL, answers signed commands over
+HTTP or envelopes over Socket Mode, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.testing import SlackApiStandIn, SlackRequestSigner, SocketModeStandIn
+from tests.chat.conftest import free_port
+from tests.slack._harness import EVE, SIGNING_SECRET, wait_ephemeral
+
+
+def _config(root: Path) -> Path:
+    path = root / "kimi-ops.toml"
+    path.write_text(
+        f'[store]\nurl = "sqlite:///{root / "kimi-ops.db"}"\n\n'
+        f'[hosts.kimi-01]\nurl = "http://127.0.0.1:{free_port()}"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@contextmanager
+def _bot(root: Path, slack: SlackApiStandIn, *argv: str) -> Iterator[subprocess.Popen[str]]:
+    env = {
+        **os.environ,
+        "SLACK_BOT_TOKEN": slack.bot_token,
+        "SLACK_APP_TOKEN": slack.app_token,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "KIMI_SLACK_API_URL": slack.url,
+        "KIMI_AGENT_TOKEN": "unused",
+    }
+    command = [sys.executable, "-m", "bot", "bot", "--config", str(_config(root)), *argv]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+def _listening_url(process: subprocess.Popen[str]) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if "listening on " in line:
+            return line.rsplit("listening on ", 1)[1].strip()
+        assert line or process.poll() is None, "the bot exited before listening"
+    raise AssertionError("the bot never said where it listens")
+
+
+@pytest.mark.slow
+def test_http_mode_answers_a_signed_command_and_stops_on_sigterm(
+    tmp_path: Path, slack: SlackApiStandIn
+) -> None:
+    """kimi-ops bot --http --port 0 says where it listens, answers /kimi help through the
+    stand-in named by KIMI_SLACK_API_URL, refuses an unsigned request, and exits 0 on
+    SIGTERM."""
+    with _bot(tmp_path, slack, "--http", "--port", "0", "--listen", "127.0.0.1") as process:
+        url = _listening_url(process)
+        signer = SlackRequestSigner(SIGNING_SECRET)
+        response_url = slack.new_response_url()
+        request = signer.slash_command("help", response_url=response_url, user_id=EVE)
+        assert httpx.post(url, content=request.body, headers=request.headers).status_code == 200
+        wait_ephemeral(slack, response_url)
+        assert "resize ratio 4" in str(slack.response_posts(response_url)[0].body["blocks"])
+        forged = request.unsigned()
+        assert httpx.post(url, content=forged.body, headers=forged.headers).status_code == 401
+        assert [c.method for c in slack.calls("auth.test")]  # the token checked at start
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+
+
+@pytest.mark.slow
+def test_socket_mode_is_the_default_and_acks_an_envelope(
+    tmp_path: Path, slack: SlackApiStandIn, socket_mode: SocketModeStandIn
+) -> None:
+    """Without --http the bot opens Socket Mode through apps.connections.open with the app
+    token, acks a pushed /kimi help, answers on its response_url, and exits 0 on SIGTERM."""
+    with _bot(tmp_path, slack) as process:
+        socket_mode.wait_for_connection(timeout=30)
+        sent = socket_mode.push_slash_command("help", user_id=EVE)
+        socket_mode.wait_for_ack(sent.envelope_id)
+        wait_ephemeral(slack, sent.payload["response_url"])
+        help_ = slack.response_posts(sent.payload["response_url"])[0].body
+        assert "resize ratio 4" in str(help_["blocks"])
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    (opened,) = slack.calls("apps.connections.open")[:1]
+    assert opened.token == slack.app_token

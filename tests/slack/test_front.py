@@ -1,0 +1,105 @@
+"""The Slack front end over the Web API stand-in and a real store, without an agent: proposals
+posted and closed when their time is up, a post the channel refuses told to the sender."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from slack_sdk import WebClient
+
+from bot.chat.agent_views import AgentOperation
+from bot.chat.audit import Watch
+from bot.chat.policy import Actor
+from bot.chat.replies import OperationReply, ProposalReply
+from bot.slack import Origin, SlackFrontEnd
+from bot.slack._book import MessageBook
+from bot.store import Store, record_agent_operation, record_agent_proposal
+from bot.testing import SlackApiStandIn
+from tests.slack._samples import PLAN, T0, proposal_reply
+
+CHANNEL = "C0OPS"
+
+
+def _front(slack: SlackApiStandIn, store: Store) -> SlackFrontEnd:
+    client = WebClient(token=slack.bot_token, base_url=slack.url)
+    return SlackFrontEnd(client, MessageBook(store), sleep=lambda _: None)
+
+
+def _proposed(store: Store, front: SlackFrontEnd, slack: SlackApiStandIn) -> ProposalReply:
+    """A fitting proposal recorded in the store and posted through the front end."""
+    record = record_agent_proposal(
+        store,
+        "kimi-01",
+        {"plan": PLAN, "fingerprint": "f0"},
+        proposed_by="U0BEN",
+        channel=CHANNEL,
+        expires_at=T0 + timedelta(minutes=15),
+        at=T0,
+    )
+    reply = replace(proposal_reply(), id=record.id)
+    front.answer(Origin(CHANNEL, "U0BEN", slack.new_response_url()))(Actor("U0BEN"), reply)
+    return reply
+
+
+def _has_buttons(slack: SlackApiStandIn, ts: str) -> bool:
+    message = slack.message(CHANNEL, ts)
+    assert message is not None
+    return any(block["type"] == "actions" for block in message.blocks)
+
+
+def test_a_proposal_is_posted_recorded_and_closed_once_its_time_is_up(
+    slack: SlackApiStandIn, store: Store
+) -> None:
+    """The proposal's ts is kept in the store; before expiry nothing changes, after it the
+    buttons give way to a line saying it expired."""
+    front = _front(slack, store)
+    reply = _proposed(store, front, slack)
+    ts = store.proposal(reply.id).message_ts
+    assert ts is not None
+    assert _has_buttons(slack, ts)
+    assert front.expire(T0 + timedelta(minutes=14)) == 0
+    assert _has_buttons(slack, ts)
+    assert front.expire(T0 + timedelta(minutes=15)) == 1
+    assert not _has_buttons(slack, ts)
+    message = slack.message(CHANNEL, ts)
+    assert message is not None
+    assert f"Proposal #{reply.id} expired at 10:15 UTC" in message.text
+    assert front.expire(T0 + timedelta(hours=1)) == 0  # closed once
+
+
+def test_an_operation_on_the_host_voids_the_other_open_proposals(
+    slack: SlackApiStandIn, store: Store
+) -> None:
+    """A restart started on kimi-01 replaces the buttons of its open proposal with 'is void'."""
+    front = _front(slack, store)
+    reply = _proposed(store, front, slack)
+    ts = store.proposal(reply.id).message_ts
+    assert ts is not None
+    body = {
+        "id": 3, "kind": "restart", "state": "running", "actor": "U0ANA",
+        "created_at": (T0 + timedelta(minutes=2)).isoformat(),
+    }  # fmt: skip
+    record_agent_operation(store, "kimi-01", {"operation": body, "events": []}, {"revisions": []})
+    started = OperationReply(
+        Watch("kimi-01", 3, "Restart kimi-01", None, "U0ANA"), AgentOperation.from_json(body)
+    )
+    front.answer(Origin(CHANNEL, "U0ANA"))(Actor("U0ANA"), started)
+    message = slack.message(CHANNEL, ts)
+    assert message is not None
+    assert not _has_buttons(slack, ts)
+    assert "is void: another operation started on kimi-01 at 10:02 UTC" in message.text
+
+
+def test_a_channel_that_refuses_the_post_is_told_to_the_sender(
+    slack: SlackApiStandIn, store: Store
+) -> None:
+    """When chat.postMessage fails (here: a 500), the sender gets an ephemeral
+    error naming the channel and the fix."""
+    slack.faults.fail_next("chat.postMessage", 1, status=500)
+    front = _front(slack, store)
+    url = slack.new_response_url()
+    front.answer(Origin(CHANNEL, "U0BEN", url))(Actor("U0BEN"), proposal_reply())
+    (post,) = slack.response_posts(url)
+    assert "could not post in <#C0OPS>" in post.body["text"]
+    assert "/invite @kimi-ops" in post.body["text"]

@@ -1,0 +1,107 @@
+"""Every Slack message kind against its golden Block Kit JSON, and Slack's limits on all of them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from bot.chat.audit import Watch
+from bot.chat.progress import Cause, ProgressView
+from bot.slack import messages
+from bot.slack._blocks import SlackMessage
+from bot.vocab import FailureKind, OperationState
+from tests.slack._samples import SAMPLES, as_json, golden_path, history_entries, render
+
+# Slack's documented limits (docs/slack.md): 50 blocks, 3,000 characters a section's text,
+# 2,000 a field; a message's text fails with msg_too_long at about 4,000.
+BLOCKS, SECTION, FIELD, TEXT = 50, 3000, 2000, 4000
+
+
+def _all_messages(made: SlackMessage | list[SlackMessage]) -> list[dict[str, Any]]:
+    found = as_json(made)
+    return found if isinstance(found, list) else [found]
+
+
+def _check_limits(message: dict[str, Any]) -> None:
+    assert message["text"].strip(), "every message needs fallback text"
+    assert len(message["text"]) < TEXT
+    assert 0 < len(message["blocks"]) <= BLOCKS
+    for block in message["blocks"]:
+        if "text" in block:
+            assert len(block["text"]["text"]) <= SECTION
+        for field in block.get("fields", []):
+            assert len(field["text"]) <= FIELD
+        for element in block.get("elements", []):
+            if element.get("type") == "mrkdwn":
+                assert len(element["text"]) <= SECTION
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_message_matches_its_golden_json(kind: str) -> None:
+    """The message is exactly the checked-in JSON (a wording change shows as a diff there;
+    ``python -m tests.slack._samples`` rewrites the files)."""
+    path = golden_path(kind)
+    assert path.is_file(), f"no golden file {path.name}: run python -m tests.slack._samples"
+    assert render(kind) == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_message_stays_within_slacks_limits(kind: str) -> None:
+    """Fallback text present, at most 50 blocks, sections and fields under their limits."""
+    for message in _all_messages(SAMPLES[kind]()):
+        _check_limits(message)
+
+
+def test_a_proposal_that_fits_has_two_buttons_and_a_refused_one_none() -> None:
+    """Apply and Cancel carry the proposal id; a refused proposal says why and has no buttons."""
+    fits = SAMPLES["proposal_fits"]()
+    refused = SAMPLES["proposal_refused"]()
+    assert isinstance(fits, SlackMessage)
+    assert isinstance(refused, SlackMessage)
+    (buttons,) = [b for b in fits.blocks if b["type"] == "actions"]
+    assert [(e["action_id"], e["value"]) for e in buttons["elements"]] == [
+        ("kimi_apply", "12"),
+        ("kimi_cancel", "12"),
+    ]
+    assert not [b for b in refused.blocks if b["type"] == "actions"]
+    assert "try size 68 or less" in json.dumps(refused.blocks)
+
+
+def test_history_of_fifty_is_three_pages_of_twenty_rows_at_most() -> None:
+    """history 50 paginates: every revision appears once, no page holds more than 20 rows."""
+    pages = messages.history_pages(None, history_entries(50))
+    rows: list[str] = []
+    for page in pages:
+        table = page.blocks[1]["text"]["text"]
+        body = list(table.split("\n")[2:-1])  # fence, header ... fence
+        assert len(body) <= 20
+        rows += body
+    assert len(pages) == 3
+    assert sorted(int(row.split()[0]) for row in rows) == list(range(1, 51))
+
+
+def test_a_flood_of_long_log_lines_is_trimmed_under_the_limits() -> None:
+    """A failure with 400 log lines of 1,000 characters stays a valid message: whole lines kept
+    from the top, an ellipsis for the rest."""
+    lines = tuple(f"[TP{i % 8}] " + "x" * 1000 for i in range(400))
+    cause = Cause(FailureKind.CRASH, "load_weights", lines, "the server died")
+    view = ProgressView(
+        OperationState.FAILED, None, "the server died", 0.3, 60.0, None, None, None, (), 9,
+        failure=cause,
+    )  # fmt: skip
+    watch = Watch("kimi-01", 7, "Resize kimi-01: hicache ratio 4", "U0BEN", "U0ANA")
+    notice = messages.notice(("U0BEN", "U0ANA"), watch, view)
+    _check_limits(notice.to_json())
+    code = notice.blocks[-1]["text"]["text"]
+    assert code.count("[TP") >= 2
+    assert "…" in code
+
+
+def test_mentions_use_slack_user_ids() -> None:
+    """People are mentioned as <@ID>, so Slack notifies them."""
+    made = SAMPLES["notice_ready"]()
+    assert isinstance(made, SlackMessage)
+    assert re.findall(r"<@(\w+)>", made.text) == ["U0BEN", "U0ANA"]
