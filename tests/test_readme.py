@@ -34,7 +34,8 @@ README = ROOT / "README.md"
 RUNNABLE_MARK = "<!-- runnable -->"
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
-_MENTION = re.compile(r"(?<![\w.-])kimi-ops(?![\w/.-])((?:[ \t]+[^\s`]+)*)")
+# `kimi-ops` as a word or a program's path (`.../bin/kimi-ops`), not inside another path or name.
+_MENTION = re.compile(r"(?<![\w.-])(?<!(?<!bin)/)kimi-ops(?![\w/.-])((?:[ \t]+[^\s`]+)*)")
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 _EXIT_LINE = re.compile(r"^\[exit (\d+)\]$")
 
@@ -137,7 +138,10 @@ def test_the_readme_names_only_commands_and_flags_that_exist() -> None:
 
 def test_a_flag_that_does_not_exist_is_caught() -> None:
     """The mention check itself fails on a made-up command and a made-up flag."""
-    text = "Run `kimi-ops plan --ratio 4 --frobnicate` or `kimi-ops launch`.\n"
+    text = (
+        "Run `kimi-ops plan --ratio 4 --frobnicate` or `/opt/x/bin/kimi-ops launch`, "
+        "not `install -d /etc/kimi-ops /var/lib/kimi-ops/agent`.\n"
+    )
     mentions = _mentions(text)
     assert [(m.command, m.flags) for m in mentions] == [
         ("plan", ("--ratio", "--frobnicate")),
