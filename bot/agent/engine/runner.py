@@ -403,8 +403,7 @@ def _not_started(exc: KimiOpsError, data: dict[str, Any]) -> StartOutcome:
     """The start could not begin (GPUs busy, the GPU probe or the backend failing): the
     operation fails without starting, the server left stopped."""
     message = f"not started: {str(exc).rstrip('.')}; the server is stopped"
-    # "no_start" stays in the failure's JSON for the API's clients; the engine reads ``started``.
-    return StartOutcome(False, message, dict(data, message=str(exc), no_start=True), started=False)
+    return StartOutcome(False, message, dict(data, message=str(exc)), started=False)
 
 
 def _kind_of(exc: KimiOpsError) -> FailureKind:
