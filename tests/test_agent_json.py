@@ -63,15 +63,15 @@ def test_a_rolled_back_page_reads_every_field_the_agent_sent() -> None:
 
 
 def test_fields_this_kimi_ops_does_not_know_are_kept_not_refused() -> None:
-    """An agent that adds fields (the token's name as ``caller``, say) to the operation, its
-    plan, failure and events is read to the same values, the new fields kept in ``raw``."""
+    """An agent that adds fields this kimi-ops does not know to the operation, its plan, failure
+    and events is read to the same values, the new fields kept in ``raw``."""
     raw = _page("resize_size24_host_memory_rolled_back")
     op = raw["operation"]
     grown = {
         **raw,
         "operation": {
             **op,
-            "caller": "bot-token",
+            "priority": "batch",
             "plan": {**op["plan"], "caller": "bot-token"},
             "failure": {**op["failure"], "signal": "SIGKILL"},
         },
@@ -79,9 +79,19 @@ def test_fields_this_kimi_ops_does_not_know_are_kept_not_refused() -> None:
     }
     before, after = OperationPage.from_json(raw), OperationPage.from_json(grown)
     assert after == before
-    assert after.operation.raw["caller"] == "bot-token"
+    assert after.operation.raw["priority"] == "batch"
     assert after.operation.failure is not None
     assert after.operation.failure.raw["signal"] == "SIGKILL"
+
+
+def test_the_token_that_started_an_operation_is_read_as_its_caller() -> None:
+    """The agent names the token behind an operation as ``caller``; an older agent's answer
+    without it reads as no caller."""
+    raw = _page("resize_size24_host_memory_rolled_back")
+    named = {**raw, "operation": {**raw["operation"], "caller": "slack-bot"}}
+    assert OperationPage.from_json(named).operation.caller == "slack-bot"
+    unnamed = {**raw, "operation": {k: v for k, v in raw["operation"].items() if k != "caller"}}
+    assert OperationPage.from_json(unnamed).operation.caller is None
 
 
 def test_a_failure_before_any_start_has_no_lines() -> None:
