@@ -9,6 +9,7 @@ import urllib.request
 
 from bot.sim import _lines
 from bot.sim._http import HttpFront, ServerView
+from bot.sim._requests import InFlight
 from bot.sim._simulation import Simulation, Terminated
 
 __all__ = ["open_http", "serve", "terminate", "warm_up"]
@@ -16,15 +17,19 @@ __all__ = ["open_http", "serve", "terminate", "warm_up"]
 
 def open_http(sim: Simulation) -> None:
     args = sim.args
+    in_flight = InFlight(args.dp_size)
     sim.view = ServerView(
         server_info=sim.server_info(),
         ready_endpoint=sim.s.version_tuple >= (0, 5, 20),
         metrics_enabled=args.enable_metrics,
         metrics=lambda: sim.load.metrics(
-            sim.s.version_tuple >= (0, 5, 10) and sim.pool is not None
+            sim.s.version_tuple >= (0, 5, 10) and sim.pool is not None, in_flight.in_flight()
         ),
         health_flap=sim.s.failures.health_flap,
         on_generate=lambda: sim.rank0(sim.load.warmup()),
+        in_flight=in_flight,
+        generate_s=sim.s.generate_s,
+        synthetic=sim.load.counts,
     )
     try:
         sim.http = HttpFront(args.host, args.port, sim.view, sim.log)
@@ -75,19 +80,28 @@ def serve(sim: Simulation) -> None:
 
 
 def terminate(sim: Simulation) -> int:
-    """SIGTERM: before HTTP, die as Python does; after, drain with /health 503, exit 0."""
+    """SIGTERM: before HTTP, die as Python does; after, refuse new requests (503, /health 503),
+    let those running finish, exit 0."""
     if sim.http is None or sim.view is None:
         sim.store.release(sim.pid)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(sim.pid, signal.SIGTERM)
         return 143  # pragma: no cover - the default action ends the process first
     sim.view.status = "stopping"
+    sim.view.in_flight.stop_accepting()
     sim.log.line("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
     time.sleep(max(0.3, sim.s.seconds(2.0)))
-    sim.log.line(
-        "Gracefully exiting... Remaining number of requests 0. Remaining requests "
-        "remaining_rids=[]."
-    )
+    # SGLang's graceful exit reports what still runs every few seconds until nothing does; the
+    # service manager's own stop timeout is the backstop (the agent's stop_grace_s here).
+    period = max(0.2, sim.s.seconds(5.0))
+    while True:
+        remaining = sim.view.in_flight.wait_idle(period)
+        sim.log.line(
+            f"Gracefully exiting... Remaining number of requests {remaining}. Remaining requests "
+            "remaining_rids=[]."
+        )
+        if remaining == 0:
+            break
     sim.log.line("INFO:     Shutting down")
     sim.http.stop()
     sim.log.line("INFO:     Waiting for application shutdown.")
