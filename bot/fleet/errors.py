@@ -2,16 +2,15 @@
 
 KimiOpsError
 └── FleetError ................ a rollout cannot be planned, started or carried on
-    ├── RouterError ........... the router did not give an answer the rollout can use
-    │   └── RouterUnsupported . the router speaks no worker API kimi-ops knows
-    └── DrainTimeout .......... a replica still ran requests when the drain timeout ended
+    └── RouterError ........... the router did not give an answer the rollout can use
+        └── RouterUnsupported . the router speaks no worker API kimi-ops knows
 """
 
 from __future__ import annotations
 
 from bot.errors import KimiOpsError
 
-__all__ = ["DrainTimeout", "FleetError", "RouterError", "RouterUnsupported"]
+__all__ = ["FleetError", "RouterError", "RouterUnsupported"]
 
 
 class FleetError(KimiOpsError):
@@ -24,11 +23,3 @@ class RouterError(FleetError):
 
 class RouterUnsupported(RouterError):
     """The router answers none of the worker APIs of sglang-router 0.1.x, 0.2.x or 0.3.x."""
-
-
-class DrainTimeout(FleetError):
-    """A replica taken out of the router still ran requests when the drain timeout ended."""
-
-    def __init__(self, message: str, running: int) -> None:
-        super().__init__(message)
-        self.running = running
