@@ -39,7 +39,13 @@ class ReplicaLoad:
     """:class:`LoadProbe` over HTTP: ``/get_load``, else ``/metrics``."""
 
     def __init__(self, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None):
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), transport=transport)
+        # No keep-alive: the replica polled is about to be stopped and started again.
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_keepalive_connections=0),
+            headers={"Connection": "close"},
+            transport=transport,
+        )
 
     def close(self) -> None:
         self._http.close()

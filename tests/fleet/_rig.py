@@ -9,6 +9,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class Fleet:
     replicas: list[Replica]
     router: RunningRouter
 
-    def settings(self, **overrides: float) -> FleetSettings:
+    def settings(self, hosts: int | None = None, **overrides: float) -> FleetSettings:
         values: dict[str, float] = {
             "drain_timeout_s": 30.0,
             "poll_interval_s": 0.05,
@@ -50,7 +51,7 @@ class Fleet:
         return FleetSettings(
             name="prod",
             router=self.router.url,
-            hosts=tuple(r.host for r in self.replicas),
+            hosts=tuple(r.host for r in self.replicas[:hosts]),
             replica_urls={r.host: r.server_url for r in self.replicas},
             drain_polls=3,
             **values,  # type: ignore[arg-type]
@@ -75,16 +76,29 @@ def _replica(root: Path, host: str, sim_fail: str, generate_s: float) -> Replica
 
 
 @contextlib.contextmanager
-def fleet_of_three(
-    root: Path, router_version: str, generate_s: float = 0.2, failing: dict[str, str] | None = None
+def fleet_of(
+    root: Path,
+    router_version: str,
+    count: int = 3,
+    generate_s: float = 0.2,
+    failing: dict[str, str] | None = None,
 ) -> Iterator[Fleet]:
-    """Three replicas serving behind the router; ``failing`` maps a host to its KIMI_SIM_FAIL."""
+    """``count`` replicas serving behind the router, brought up at once; ``failing`` maps a host
+    to its KIMI_SIM_FAIL."""
     replicas: list[Replica] = []
     router: RunningRouter | None = None
+    hosts = HOSTS[:count]
     try:
-        for host in HOSTS:
-            fail = (failing or {}).get(host, "")
-            replicas.append(_replica(root / host, host, fail, generate_s))
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            futures = [
+                pool.submit(_replica, root / h, h, (failing or {}).get(h, ""), generate_s)
+                for h in hosts
+            ]
+            for future in futures:
+                with contextlib.suppress(Exception):
+                    replicas.append(future.result())
+            for future in futures:
+                future.result()  # the first failure, once every agent started is known
         router = start_router(router_version, [r.server_url for r in replicas], root)
         yield Fleet(replicas, router)
     finally:
