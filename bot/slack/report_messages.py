@@ -30,7 +30,7 @@ from bot.reports import HostReport, ServerMetrics
 from bot.slack._blocks import Block, SlackMessage, context, fields, message, section
 
 __all__ = [
-    "chart_comment",
+    "chart_title",
     "report",
     "report_scheduled",
     "report_schedules",
@@ -144,7 +144,7 @@ def report(reply: ReportReply) -> SlackMessage:
     return message(text, blocks)
 
 
-def chart_comment(view: HostReportView) -> str:
+def chart_title(view: HostReportView) -> str:
     """The title of a host's chart as uploaded in the report's thread."""
     return f"Capacity of {view.report.host}, last 24 h"
 
