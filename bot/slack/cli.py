@@ -87,6 +87,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             bot.start()
             if sock is not None:
                 server = HttpServer(bot.app, sock)
+                server.stop_on_signals()
                 print(f"kimi-ops bot: listening on {server.url}", file=sys.stderr, flush=True)
                 server.run()
             else:
