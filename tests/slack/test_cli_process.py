@@ -110,7 +110,8 @@ def test_a_second_bot_on_the_same_database_is_refused_unless_no_scheduler(
     tmp_path: Path, slack: SlackApiStandIn
 ) -> None:
     """While one kimi-ops bot runs the report scheduler, a second on the same database exits 2
-    with one line naming the first's process and --no-scheduler; with --no-scheduler it runs."""
+    with one line naming the first's process and --no-scheduler; with --no-scheduler it runs;
+    once SIGTERM stops the first, its lock is given up and the next bot takes the scheduler."""
     http = ("--http", "--port", "0", "--listen", "127.0.0.1")
     with _bot(tmp_path, slack, *http) as first:
         _listening_url(first)
@@ -130,3 +131,7 @@ def test_a_second_bot_on_the_same_database_is_refused_unless_no_scheduler(
             assert third.wait(20) == 0
         first.send_signal(signal.SIGTERM)
         assert first.wait(20) == 0
+    with _bot(tmp_path, slack, *http) as next_one:
+        _listening_url(next_one)  # a refused start would exit 2 before this line
+        next_one.send_signal(signal.SIGTERM)
+        assert next_one.wait(20) == 0
