@@ -87,7 +87,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             bot.start()
             if sock is not None:
                 server = HttpServer(bot.app, sock)
-                server.stop_on_signals()
+                # uvicorn only takes SIGTERM over once serving: one sent right after the ready
+                # line would otherwise kill the process before the bot closes.
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, lambda *_: server.request_stop())
                 print(f"kimi-ops bot: listening on {server.url}", file=sys.stderr, flush=True)
                 server.run()
             else:

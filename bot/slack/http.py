@@ -94,12 +94,9 @@ class HttpServer:
         host, port = self._sock.getsockname()[:2]
         return f"http://{host}:{port}{REQUEST_PATH}"
 
-    def stop_on_signals(self) -> None:
-        """From now on SIGINT and SIGTERM stop the server, even before :meth:`run` starts it
-        (uvicorn only takes the signals over once serving: one sent between the ready line
-        and then would kill the process without closing the bot). Main thread only."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._server._on_signal)
+    def request_stop(self) -> None:
+        """Ask the server to stop (at once if it has not started serving yet)."""
+        self._server.should_exit = True
 
     def run(self) -> None:
         """Serve in this thread until SIGINT or SIGTERM."""
