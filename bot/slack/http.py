@@ -69,6 +69,10 @@ class HttpServer:
         host, port = self._sock.getsockname()[:2]
         return f"http://{host}:{port}{REQUEST_PATH}"
 
+    def request_stop(self) -> None:
+        """Ask the server to stop (at once if it has not started serving yet)."""
+        self._server.should_exit = True
+
     def run(self) -> None:
         """Serve in this thread until SIGINT or SIGTERM."""
         self._server.run(sockets=[self._sock])
