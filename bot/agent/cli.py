@@ -23,16 +23,12 @@ and prints its fingerprint, the line the bot's ``[hosts.NAME] fingerprint`` take
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import anyio.to_thread
 import uvicorn
@@ -43,6 +39,7 @@ from bot.agent.service import build_service
 from bot.agent.tls import load_server_certificate, plaintext_refusal, transport_warnings
 from bot.errors import ConfigError
 from bot.settings import CONFIG_ENV, find_config_path
+from bot.stoppable_server import StoppableServer
 
 __all__ = ["ADDR_FILE", "configure", "run"]
 
@@ -166,17 +163,14 @@ def _write_addr(state_dir: Path, url: str) -> None:
     os.replace(tmp, path)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn that announces its real address, and exits 0 on SIGTERM.
-
-    uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process before
-    the agent closes its state; these handlers only ask it to stop.
-    """
+class _Server(StoppableServer):
+    """The agent's uvicorn: announces its real address, and lets long-polls answer at once when
+    it stops (exiting 0 on SIGTERM, as every :class:`StoppableServer`)."""
 
     def __init__(
         self, config: uvicorn.Config, settings: AgentSettings, stopping: threading.Event
     ) -> None:
-        super().__init__(config)
+        super().__init__(config, "kimi-ops agent")
         self._settings = settings
         self._stopping = stopping
 
@@ -194,22 +188,3 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._stopping.set()  # long-polls answer now instead of holding the shutdown
         await super().shutdown(sockets=sockets)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        originals = {sig: signal.signal(sig, self._on_signal) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in originals.items():
-                signal.signal(sig, handler)
-
-    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
-        log.info("kimi-ops agent: %s received, stopping", signal.Signals(sig).name)
-        if self.should_exit and sig == signal.SIGINT:
-            self.force_exit = True
-        self.should_exit = True

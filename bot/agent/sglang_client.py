@@ -21,10 +21,11 @@ phases), never with an exception:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import httpx
+
+from bot.prometheus import prometheus_sums
 
 __all__ = ["SGLangClient", "parse_prometheus"]
 
@@ -96,24 +97,4 @@ def parse_prometheus(text: str) -> dict[str, float]:
     ``sglang:num_queue_reqs{model_name="kimi"} 80.0`` gives ``{"sglang:num_queue_reqs": 80.0}``;
     comments, malformed lines and non-finite values are skipped; repeated names are summed.
     """
-    out: dict[str, float] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            _, _, rest = rest.rpartition("}")
-        else:
-            name, _, rest = line.partition(" ")
-        fields = rest.split()
-        if not name or not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            continue
-        if not math.isfinite(value):
-            continue
-        out[name.strip()] = out.get(name.strip(), 0.0) + value
-    return out
+    return prometheus_sums(text)

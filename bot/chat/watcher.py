@@ -126,7 +126,8 @@ class Watcher:
         for end in range(start + 1, len(self._events)):
             if self._events[end].phase is not self._events[end - 1].phase:
                 self._offer(self._view(end, self._state_before(end, operation.state), None))
-        view = self._view(len(self._events), operation.state, operation.failure)
+        failure = None if operation.failure is None else operation.failure.raw
+        view = self._view(len(self._events), operation.state, failure)
         self._offer(view)
         if operation.state is not self._state:
             self._state = operation.state

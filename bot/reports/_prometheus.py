@@ -12,9 +12,9 @@ summed for counts, so two DP ranks at 90 % read 90 %, and their queues add up.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
+from bot.prometheus import prometheus_samples
 from bot.reports.model import ServerMetrics
 
 __all__ = ["metrics_from_mapping", "parse_prometheus"]
@@ -24,26 +24,7 @@ _FRACTIONS = ("sglang:token_usage", "sglang:cache_hit_rate")
 
 def parse_prometheus(text: str) -> dict[str, list[float]]:
     """Every sample of every metric by name; comments, malformed and non-finite lines skipped."""
-    out: dict[str, list[float]] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            _, _, rest = rest.rpartition("}")
-        else:
-            name, _, rest = line.partition(" ")
-        fields = rest.split()
-        if not name or not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            out.setdefault(name, []).append(value)
-    return out
+    return prometheus_samples(text)
 
 
 def _fraction(values: list[float] | None) -> float | None:

@@ -1,16 +1,22 @@
 """The simulated server's HTTP endpoints, on ``http.server`` in a thread (small RSS, no ASGI).
 
-``/health`` answers 503 with an empty body until warmup succeeded, then 200 with an empty body;
+``/health`` answers 503 with an empty body until warmup succeeded, then 200 with an empty body
+(503 again once SIGTERM's drain began);
 ``/server_info`` (and the deprecated ``/get_server_info``, which logs SGLang's warning) gives the
 ServerArgs fields flat plus ``max_total_num_tokens``, ``internal_states`` and ``version``. Every
 request gets uvicorn's access line, e.g. ``INFO:     127.0.0.1:52310 - "GET /health HTTP/1.1"
 503 Service Unavailable``.
+
+``POST /generate`` takes ``generate_s`` seconds (``KIMI_SIM_GENERATE_S``) and answers SGLang's
+body, or with ``"stream": true`` its server-sent events (``data: {...}`` chunks, then
+``data: [DONE]``); while draining it answers 503. ``GET /get_load`` is :mod:`bot.sim._requests`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -18,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from bot.sim._output import Log
+from bot.sim._requests import InFlight
 
 __all__ = ["HttpFront", "ServerView"]
 
@@ -38,6 +45,10 @@ class ServerView:
     status: str = "starting"  # starting | ready | stopping
     health_flap: bool = False
     on_generate: Callable[[], None] = field(default=lambda: None)
+    in_flight: InFlight = field(default_factory=lambda: InFlight(1))
+    generate_s: float = 0.0
+    # The synthetic load's (running, waiting) requests, counted into /get_load on rank 0.
+    synthetic: Callable[[], tuple[int, int]] = field(default=lambda: (0, 0))
     _flap_count: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -100,6 +111,9 @@ class _Handler(BaseHTTPRequestHandler):
                     "is_generation": True,
                 }
             )
+        elif path == "/get_load":
+            running, waiting = view.synthetic()
+            self._json([load.to_json() for load in view.in_flight.loads(running, waiting)])
         elif path == "/metrics" and view.metrics_enabled:
             body = view.metrics().encode()
             self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
@@ -108,18 +122,75 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
-        if length:
-            self.rfile.read(length)
+        raw = self.rfile.read(length) if length else b""
         path = self.path.split("?", 1)[0]
         if path == "/generate":
-            self.server.view.on_generate()
-            self._json(
-                {"text": " Paris.", "meta_info": {"prompt_tokens": 7, "completion_tokens": 3}}
-            )
+            self._generate(raw)
         elif path == "/flush_cache":
             self._send(200, b"Cache flushed.\n", "text/plain")
         else:
             self._not_found()
+
+    def _generate(self, raw: bytes) -> None:
+        view = self.server.view
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._json({"error": {"message": "the body is not JSON"}}, 400)
+            return
+        stream = isinstance(body, dict) and body.get("stream") is True
+        rank = view.in_flight.begin(_PROMPT_TOKENS + _OUTPUT_TOKENS)
+        if rank is None:
+            # SGLang's graceful exit: new requests are refused while the running ones finish.
+            self._json({"error": {"message": "The server is shutting down"}}, 503)
+            return
+        try:
+            view.on_generate()
+            if stream:
+                self._stream(view.generate_s)
+            else:
+                time.sleep(view.generate_s)
+                self._json(_generated(_OUTPUT_TOKENS))
+        finally:
+            view.in_flight.end(rank, _PROMPT_TOKENS + _OUTPUT_TOKENS)
+
+    def _stream(self, duration_s: float) -> None:
+        """Server-sent events, chunked, one per output token, then ``data: [DONE]``."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        host, port = self.client_address[:2]
+        self.server.log.line(f'INFO:     {host}:{port} - "POST /generate HTTP/1.1" 200 OK')
+        for made in range(1, _OUTPUT_TOKENS + 1):
+            time.sleep(duration_s / _OUTPUT_TOKENS)
+            self._chunk(b"data: " + json.dumps(_generated(made)).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+# The warmup request's figures: "The capital city of France is" -> " Paris." (7 + 3 tokens).
+_PROMPT_TOKENS = 7
+_OUTPUT_TOKENS = 3
+_WORDS = (" Paris", ".", "")
+
+
+def _generated(made: int) -> dict[str, object]:
+    """SGLang's ``/generate`` body after ``made`` output tokens."""
+    finished = made >= _OUTPUT_TOKENS
+    return {
+        "text": "".join(_WORDS[:made]),
+        "meta_info": {
+            "prompt_tokens": _PROMPT_TOKENS,
+            "completion_tokens": made,
+            "finish_reason": {"type": "stop", "matched": 2} if finished else None,
+        },
+    }
 
 
 class _Server(ThreadingHTTPServer):

@@ -51,6 +51,11 @@ class LoadModel:
     def usage(self) -> float:
         return self.used_tokens / self.capacity if self.capacity else 0.0
 
+    def counts(self) -> tuple[int, int]:
+        """The synthetic requests (running, queued)."""
+        with self._lock:
+            return len(self.running), self.queued
+
     def warmup(self) -> str:
         """The warmup request's prefill line (7 tokens, nothing cached, nothing running)."""
         with self._lock:
@@ -109,13 +114,18 @@ class LoadModel:
                 )
         return out
 
-    def metrics(self, with_host_tokens: bool) -> str:
-        """Prometheus text exposition of the gauges SGLang exports with ``--enable-metrics``."""
+    def metrics(self, with_host_tokens: bool, generating: int = 0) -> str:
+        """Prometheus text exposition of the gauges SGLang exports with ``--enable-metrics``;
+        ``generating`` requests of ``/generate`` run besides the synthetic ones."""
         label = f'{{model_name="{self.model_name}"}}'
         with self._lock:
             gauges = [
                 ("token_usage", "The token usage", self.usage),
-                ("num_running_reqs", "The number of running requests", len(self.running)),
+                (
+                    "num_running_reqs",
+                    "The number of running requests",
+                    len(self.running) + generating,
+                ),
                 ("num_queue_reqs", "The number of requests in the waiting queue", self.queued),
                 ("cache_hit_rate", "The prefix cache hit rate", self.hit_rate),
                 ("gen_throughput", "The generation throughput (token/s)", self.gen_throughput),

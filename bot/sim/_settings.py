@@ -55,6 +55,8 @@ class SimSettings:
     state_dir: Path
     failures: Failures
     load_rate: float
+    #: Wall-clock seconds each ``/generate`` takes (``KIMI_SIM_GENERATE_S``; 0 answers at once).
+    generate_s: float = 0.0
 
     @property
     def new_dialect(self) -> bool:
@@ -91,6 +93,10 @@ def load_settings(environ: Mapping[str, str]) -> SimSettings:
     load_rate = _number(load_text, "KIMI_SIM_LOAD", "1 to turn it on, or requests per second")
     if load_rate < 0:
         raise SimError(f"KIMI_SIM_LOAD {load_text!r} must be >= 0 (0 is off)")
+    generate_text = environ.get("KIMI_SIM_GENERATE_S", "").strip() or "0"
+    generate_s = _number(generate_text, "KIMI_SIM_GENERATE_S", "seconds per /generate, e.g. 0.5")
+    if generate_s < 0:
+        raise SimError(f"KIMI_SIM_GENERATE_S {generate_text!r} must be >= 0 (0 answers at once)")
     return SimSettings(
         profile=profile,
         time_scale=time_scale,
@@ -98,6 +104,7 @@ def load_settings(environ: Mapping[str, str]) -> SimSettings:
         state_dir=state_dir_for(profile, environ),
         failures=parse_failures(environ.get("KIMI_SIM_FAIL", "")),
         load_rate=load_rate,
+        generate_s=generate_s,
     )
 
 

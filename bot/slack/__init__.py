@@ -2,7 +2,7 @@
 
 ``kimi-ops bot`` builds it (:func:`build_bot`) and serves it in Socket Mode or over HTTP
 (:class:`HttpServer`); :class:`SlackFrontEnd` lays the core's replies and views out through the
-Web API, with every word in :mod:`bot.slack.messages`::
+Web API, with every word in :mod:`bot.slack.messages` (reports: :mod:`bot.slack.report_messages`)::
 
     bot = build_bot(chat_settings, slack_settings, read_tokens(os.environ, http=True), store,
                     os.environ)

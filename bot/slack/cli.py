@@ -6,6 +6,11 @@ With ``--http`` it serves ``/slack/events`` on ``--port`` (``SLACK_BOT_TOKEN``,
 ``kimi-ops bot: listening on http://0.0.0.0:PORT/slack/events``. A missing or malformed token
 is one line naming the variable, exit 2. On start the bot resumes watching every operation the
 store holds as unfinished, editing the same messages.
+
+It also runs the database's one report scheduler (capacity samples and scheduled reports),
+unless ``--no-scheduler``: a second bot on the same database without it is refused at start, one
+line naming the process that holds the lock, exit 2. SIGTERM stops the scheduler and gives its
+lock up.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from collections.abc import Mapping
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 
 from bot.chat.config import load_chat_settings
-from bot.errors import ConfigError
+from bot.errors import ConfigError, SchedulerLocked
+from bot.reports import load_report_settings
+from bot.reports.runtime import add_scheduler_flag
 from bot.settings import find_config_path, load_config
 from bot.slack.config import load_slack_settings, read_tokens
 from bot.slack.http import HttpServer, bind
@@ -42,6 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=3000, help="HTTP mode's port (0: any free)")
     parser.add_argument("--listen", default="0.0.0.0", help="HTTP mode's address")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    add_scheduler_flag(parser)
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
@@ -62,16 +70,27 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     config = load_config(path)
     chat = load_chat_settings(config, path)
     slack = load_slack_settings(config, env)
+    reports = load_report_settings(config)
     store_settings = StoreSettings.from_config(config, env)
     url = store_settings.engine_url()
     upgrade_to_head(url)
     sock = bind(args.listen, args.port) if args.http else None
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
-        bot = build_bot(chat, slack, tokens, store, env)
+        bot = build_bot(chat, slack, tokens, store, env, reports=reports)
         try:
+            if not args.no_scheduler:
+                try:
+                    bot.start_scheduler()
+                except SchedulerLocked as exc:
+                    print(f"kimi-ops bot: {exc}", file=sys.stderr)
+                    return EXIT_USAGE
             bot.start()
             if sock is not None:
                 server = HttpServer(bot.app, sock)
+                # uvicorn only takes SIGTERM over once serving: one sent right after the ready
+                # line would otherwise kill the process before the bot closes.
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, lambda *_: server.request_stop())
                 print(f"kimi-ops bot: listening on {server.url}", file=sys.stderr, flush=True)
                 server.run()
             else:

@@ -6,6 +6,9 @@
 - An operation's progress edits one message (``chat.update``): the proposal's when it came
   from one, else the first one its progress posts; ready, failure, stall and rollback are
   announced in that message's thread. Message places live in the store (:mod:`._book`).
+- A capacity report (asked for, or posted by a schedule through :meth:`SlackFrontEnd.post`) is
+  one message in the channel; each host's chart is uploaded in its thread (``files_upload_v2``)
+  and each recommendation posted as an ordinary proposal with Apply/Cancel.
 - A Slack error never stops a watcher: it is logged, and the next view replaces a lost edit;
   a final edit is tried again until it lands (``FINAL_ATTEMPTS``).
 
@@ -40,10 +43,14 @@ from bot.chat.replies import (
     ProposalReply,
     RefusalReply,
     Reply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
     StatusReply,
     UsageReply,
 )
-from bot.slack import messages
+from bot.slack import messages, report_messages
 from bot.slack._blocks import SlackMessage
 from bot.slack._book import MessageBook
 
@@ -132,6 +139,14 @@ class SlackFrontEnd:
         elif isinstance(reply, RefusalReply):
             self._private(origin, messages.ephemeral("refused", reply.text))
             self._close_refused(reply)
+        elif isinstance(reply, ReportReply):
+            self._post_report(origin, reply)
+        elif isinstance(reply, ReportScheduledReply):
+            self._visible(origin, [report_messages.report_scheduled(reply)])
+        elif isinstance(reply, ReportStoppedReply):
+            self._visible(origin, [report_messages.report_stopped(reply)])
+        elif isinstance(reply, ReportSchedulesReply):
+            self._visible(origin, [report_messages.report_schedules(reply)])
         elif isinstance(reply, CancelledReply):
             self._close(reply.proposal_id, messages.cancelled_line(reply.by))
         else:
@@ -145,12 +160,60 @@ class SlackFrontEnd:
         try:
             posted = self._post(channel, messages.proposal(reply))
         except SlackApiError as exc:
+            if not origin.user:  # a scheduled report's: no one to tell but the log
+                log.warning("proposal #%s not posted in %s: %s", reply.id, channel, _error(exc))
+                return
             self._private(origin, messages.post_failed(channel, _error(exc)))
             return
         self._book.attach_proposal(reply.id, posted)
         if reply.plan.fits:
             with self._lock:
                 self._proposals[reply.id] = _Posted(reply, channel, posted)
+
+    # -- capacity reports ------------------------------------------------------------------
+
+    def post(self, channel: str, reply: Reply) -> None:
+        """A scheduled report (or why it failed) to ``channel``, with no command behind it: the
+        :class:`~bot.chat.replies.ReportPoster` the report scheduler posts through."""
+        origin = Origin(channel, "")
+        try:
+            if isinstance(reply, ReportReply):
+                self._post_report(origin, reply)
+            elif isinstance(reply, ProblemReply):
+                self._post(channel, messages.ephemeral("error", reply.text))
+            else:
+                self._route(origin, reply)
+        except SlackClientError as exc:
+            log.warning("could not post a %s in %s: %s", type(reply).__name__, channel, exc)
+
+    def _post_report(self, origin: Origin, reply: ReportReply) -> None:
+        """The report in the channel, each host's chart in its thread, then each recommendation
+        as a proposal; a chart that fails to upload is logged and the others still go."""
+        try:
+            ts = self._post(origin.channel, report_messages.report(reply))
+        except SlackApiError as exc:
+            if not origin.user:
+                raise  # a scheduled report's: post() logs it
+            self._private(origin, messages.post_failed(origin.channel, _error(exc)))
+            return
+        for view in reply.hosts:
+            chart = view.chart
+            if chart is None:
+                continue
+            try:
+                self._client.files_upload_v2(
+                    channel=origin.channel,
+                    thread_ts=ts,
+                    file=chart.png,
+                    filename=chart.filename,
+                    title=report_messages.chart_title(view),
+                    alt_txt=chart.alt,
+                )
+            except SlackClientError as exc:
+                log.warning("chart of %s not uploaded in %s: %s", chart.host, origin.channel, exc)
+        for view in reply.hosts:
+            if view.proposal is not None:
+                self._post_proposal(origin, view.proposal)
 
     def _void_others(self, reply: OperationReply) -> None:
         place = self._book.operation(reply.watch.host, reply.operation.id)

@@ -8,13 +8,9 @@ acked at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import socket
 import threading
-from collections.abc import Iterator
-from types import FrameType
 
 import uvicorn
 from slack_bolt import App
@@ -27,6 +23,7 @@ from starlette.routing import Route
 
 from bot.errors import ConfigError
 from bot.slack.spec import REQUEST_PATH
+from bot.stoppable_server import StoppableServer
 
 __all__ = ["HttpServer", "asgi_app", "bind"]
 
@@ -56,28 +53,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-class _Server(uvicorn.Server):
-    """uvicorn that only stops on SIGINT or SIGTERM: uvicorn re-raises a captured signal after
-    its shutdown, which would kill the process before the bot closes its watchers and store."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        originals = {sig: signal.signal(sig, self._on_signal) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in originals.items():
-                signal.signal(sig, handler)
-
-    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
-        log.info("kimi-ops bot: %s received, stopping", signal.Signals(sig).name)
-        self.should_exit = True
-
-
 class HttpServer:
     """uvicorn serving :func:`asgi_app` on ``sock``; :meth:`start` in a thread, or :meth:`run`."""
 
@@ -86,13 +61,17 @@ class HttpServer:
         config = uvicorn.Config(
             asgi_app(app), log_config=None, lifespan="off", server_header=False, access_log=False
         )
-        self._server = _Server(config)
+        self._server = StoppableServer(config, "kimi-ops bot")
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self._sock.getsockname()[:2]
         return f"http://{host}:{port}{REQUEST_PATH}"
+
+    def request_stop(self) -> None:
+        """Ask the server to stop (at once if it has not started serving yet)."""
+        self._server.should_exit = True
 
     def run(self) -> None:
         """Serve in this thread until SIGINT or SIGTERM."""

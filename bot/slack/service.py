@@ -1,5 +1,7 @@
-"""The composition root of ``kimi-ops bot``: the core, the Slack front end, the executor and the
-Bolt app, built from settings; every part a test may replace is a parameter."""
+"""The composition root of ``kimi-ops bot``: the core, the Slack front end, the executor, the
+Bolt app and capacity reports (the report desk, and the database's one report scheduler when
+:meth:`SlackBot.start_scheduler` is called), built from settings; every part a test may replace
+is a parameter."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from bot.chat.config import ChatSettings
 from bot.chat.core import ChatCore, build_core
 from bot.chat.store_audit import StoreAudit
 from bot.clock import Clock, SystemClock
+from bot.reports import ReportSettings
+from bot.reports.runtime import ReportDesk, ReportScheduler, attach_reports, start_scheduler
 from bot.slack._book import MessageBook
 from bot.slack.app import build_app, web_client
 from bot.slack.config import SlackSettings, SlackTokens
@@ -37,7 +41,8 @@ DEFAULT_WORKERS = 8
 @dataclass
 class SlackBot:
     """A bot's parts; :meth:`start` resumes the watches and closes expired proposals every
-    ``sweep_s``; :meth:`close` stops both (operations go on at their agents)."""
+    ``sweep_s``; :meth:`start_scheduler` starts the report scheduler; :meth:`close` stops all
+    three (operations go on at their agents)."""
 
     app: App
     core: ChatCore
@@ -46,11 +51,25 @@ class SlackBot:
     executor: ThreadPoolExecutor
     clock: Clock
     sweep_s: float = DEFAULT_SWEEP_S
+    store: Store | None = None
+    reports: ReportSettings | None = None
+    desk: ReportDesk | None = None
+    scheduler: ReportScheduler | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
         self.core.resume()
         threading.Thread(target=self._sweep, name="slack-expiry", daemon=True).start()
+
+    def start_scheduler(self) -> ReportScheduler:
+        """Sample capacity and post scheduled reports through the front end; raises
+        :class:`~bot.errors.SchedulerLocked` when another live bot runs this database's."""
+        if self.desk is None or self.store is None or self.reports is None:
+            raise RuntimeError("build_bot(reports=...) was not given report settings")
+        self.scheduler = start_scheduler(
+            self.core, self.desk, self.front, self.store, self.reports, self.clock
+        )
+        return self.scheduler
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.sweep_s):
@@ -60,6 +79,8 @@ class SlackBot:
                 log.exception("closing expired proposals failed")
 
     def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()  # gives the lease up, so the next bot may take it at once
         self._stop.set()
         self.executor.shutdown(wait=True, cancel_futures=True)  # let running commands end
         self.core.close()
@@ -78,8 +99,11 @@ def build_bot(
     retry_s: float = 2.0,
     workers: int = DEFAULT_WORKERS,
     sweep_s: float = DEFAULT_SWEEP_S,
+    reports: ReportSettings | None = None,
+    metrics_transport: httpx.BaseTransport | None = None,
 ) -> SlackBot:
-    """The bot over ``store``; ``tokens.signing_secret`` set means HTTP mode."""
+    """The bot over ``store``; ``tokens.signing_secret`` set means HTTP mode; ``reports`` set
+    means the ``report`` commands answer (else they say reports are not set up here)."""
     client = web_client(tokens.bot, slack.api_url)
     front = SlackFrontEnd(client, MessageBook(store), slack.channel)
     audit = StoreAudit(store, revisions_source(chat, environ, transports))
@@ -98,4 +122,5 @@ def build_bot(
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
     dispatch = Dispatch(core, front, executor)
     app = build_app(client, dispatch, tokens.signing_secret)
-    return SlackBot(app, core, front, dispatch, executor, the_clock, sweep_s)
+    desk = None if reports is None else attach_reports(core, store, reports, metrics_transport)
+    return SlackBot(app, core, front, dispatch, executor, the_clock, sweep_s, store, reports, desk)

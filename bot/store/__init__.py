@@ -14,7 +14,7 @@ the agent's answers and these records.
 
 from __future__ import annotations
 
-from bot.store._agent_json import AgentRevision, read_revisions
+from bot.agent_json import AgentRevision, read_revisions
 from bot.store.config import DEFAULT_URL, StoreSettings, resolve_url
 from bot.store.from_agent import (
     record_agent_events,

@@ -27,9 +27,9 @@ The rules:
   with its argv and ids, but not linked by ``rollback_of`` / ``returned_to``: the agent's answers
   do not say which revision it returned to.
 
-Every answer is read whole before anything is written; an answer this kimi-ops cannot read
-raises :class:`~bot.errors.AgentError` and records nothing. Recording the same answer again
-changes nothing.
+Every answer is read whole (by :mod:`bot.agent_json`, the reader the bot core uses too) before
+anything is written; an answer this kimi-ops cannot read raises :class:`~bot.errors.AgentError`
+and records nothing. Recording the same answer again changes nothing.
 """
 
 from __future__ import annotations
@@ -39,19 +39,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.errors import AgentError
-from bot.planner import Verdict
-from bot.store._agent_json import (
+from bot.agent_json import (
+    AgentEvent,
     AgentOperation,
+    AgentPlan,
     AgentRevision,
     StartFigures,
     read_events,
-    read_operation,
-    read_plan,
-    read_requested_setting,
     read_revisions,
-    start_figures,
 )
+from bot.errors import AgentError
+from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.store.records import (
     OperationRecord,
     PlanSummary,
@@ -75,11 +74,49 @@ __all__ = [
 _UNPLANNED = PlanSummary(None, None, None, Verdict.FITS, "run by the agent; no plan was recorded")
 
 
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise AgentError(f"{where} is {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _read_plan(answer: Mapping[str, Any]) -> tuple[PlanSummary, HiCacheSetting]:
+    """A ``/v1/plans`` answer (or a 422 body carrying ``plan``): the store's summary, with the
+    planner's real figures and verdict, and the setting asked for."""
+    plan = AgentPlan.from_json(_mapping(answer, "the agent's plan answer").get("plan"))
+    return _summary(plan), plan.requested_setting
+
+
+def _summary(plan: AgentPlan) -> PlanSummary:
+    return PlanSummary(
+        per_rank_gb=plan.per_rank_gb,
+        total_gb=plan.total_gb,
+        per_rank_tokens=plan.per_rank_tokens,
+        verdict=plan.verdict,
+        reason=plan.reason,
+        detail=dict(plan.raw),
+    )
+
+
+def _stored(events: Sequence[AgentEvent]) -> list[StoredEvent]:
+    return [StoredEvent(e.seq, e.at, e.phase, e.message, e.progress, e.data) for e in events]
+
+
+def _outcome_figures(figures: StartFigures) -> dict[str, Any]:
+    """The keyword arguments :meth:`Store.record_outcome` takes for a start's figures."""
+    return {
+        "startup_seconds": figures.startup_seconds,
+        "device_tokens": figures.device_tokens,
+        "host_gb_per_rank": figures.host_gb_per_rank,
+        "host_tokens_per_rank": figures.host_tokens_per_rank,
+    }
+
+
 def record_agent_plan(
     store: Store, host: str, answer: Mapping[str, Any], *, proposed_by: str | None
 ) -> RevisionRecord:
     """Record a ``/v1/plans`` answer: ``refused`` with its figures, or ``proposed``."""
-    plan, setting = read_plan(answer), read_requested_setting(answer)
+    plan, setting = _read_plan(answer)
     refused = plan.verdict is Verdict.REFUSED
     outcome = RevisionOutcome.REFUSED if refused else RevisionOutcome.PROPOSED
     return store.record_revision(host, setting, plan, proposed_by=proposed_by, outcome=outcome)
@@ -98,7 +135,7 @@ def record_agent_proposal(
     """Record a ``/v1/plans`` answer shown to people as a proposal, with its ``fingerprint``:
     a refused plan ends ``refused`` at once (its figures and reason kept), a fitting one stays
     ``proposed`` until it is applied, cancelled or expires."""
-    plan, setting = read_plan(answer), read_requested_setting(answer)
+    plan, setting = _read_plan(answer)
     fingerprint = answer.get("fingerprint")
     if not isinstance(fingerprint, str) or not fingerprint:
         raise AgentError(f"the agent's plan answer has no fingerprint: {fingerprint!r}")
@@ -124,7 +161,7 @@ def record_agent_events(
 ) -> int:
     """Append the events of a ``GET /v1/operations/{id}`` page (``{"events": [...]}`` is enough)
     to the recorded operation; returns how many were new (0 for an operation not recorded)."""
-    events = read_events(page)
+    events = _stored(read_events(page))
     stored = store.operation_by_agent_id(host, agent_operation_id)
     if stored is None or not events:
         return 0
@@ -148,7 +185,9 @@ def record_agent_operation(
     actor. Call it with every page: events are added, and the outcome once the operation's
     final event is in (the returned record's ``finished_at`` is then set).
     """
-    op, events, agent_revisions = read_operation(page), read_events(page), read_revisions(revisions)
+    page = _mapping(page, "the agent's operation page")
+    op, events = AgentOperation.from_json(page.get("operation")), _stored(read_events(page))
+    agent_revisions = read_revisions(revisions)
     if op.revision is not None and op.revision not in agent_revisions:
         raise AgentError(
             f"the agent's revisions do not include revision {op.revision} of operation {op.id}; "
@@ -218,7 +257,7 @@ def _read_end(
     op: AgentOperation, agent_revisions: Mapping[int, AgentRevision], events: Sequence[StoredEvent]
 ) -> _End:
     final_data = events[-1].data if events else {}
-    figures = start_figures(final_data)
+    figures = StartFigures.from_json(final_data)
     # Whether the agent rolled back shows in its events, whatever the operation's kind: a
     # rollback a person asked for also carries ``rollback_of``, and may fail with none.
     step = next((e for e in events if e.phase is EventPhase.ROLLING_BACK), None)
@@ -257,7 +296,7 @@ def _own_revision(
         record = found or store.record_revision(
             host,
             agent.setting,
-            op.plan or _UNPLANNED,
+            _UNPLANNED if op.plan is None else _summary(op.plan),
             proposed_by=op.actor,
             at=op.created_at,
             command_line=agent.argv,
@@ -277,9 +316,7 @@ def _record_end(
 ) -> None:
     at = op.finished_at
     if op.state is OperationState.READY:
-        store.record_outcome(
-            own.id, RevisionOutcome.READY, at=at, **end.figures.as_outcome_figures()
-        )
+        store.record_outcome(own.id, RevisionOutcome.READY, at=at, **_outcome_figures(end.figures))
         return
     if end.rollback is None:
         _record_failure(store, own, op)
@@ -287,7 +324,7 @@ def _record_end(
     rollback = _record_rollback(store, host, op, agent_revisions, own, end.rollback)
     if op.state is OperationState.ROLLED_BACK:
         store.record_outcome(
-            rollback.id, RevisionOutcome.READY, at=at, **end.figures.as_outcome_figures()
+            rollback.id, RevisionOutcome.READY, at=at, **_outcome_figures(end.figures)
         )
     else:
         # The rollback's own start failed too: the final event's data holds its failure.
@@ -313,7 +350,7 @@ def _record_failure(store: Store, own: RevisionRecord, op: AgentOperation) -> No
         at=op.finished_at,
         failure_kind=failure.kind,
         failure_lines=failure.lines,
-        **failure.figures.as_outcome_figures(),
+        **_outcome_figures(failure.figures),
     )
 
 
@@ -352,7 +389,7 @@ def _ensure_revision(store: Store, host: str, agent: AgentRevision) -> RevisionR
     store.record_apply(record.id, agent.actor, at=agent.created_at)
     store.record_agent_revision(record.id, agent.id, agent.argv)
     if agent.became_ready:
-        figures = agent.figures.as_outcome_figures()
+        figures = _outcome_figures(agent.figures)
         return store.record_outcome(
             record.id, RevisionOutcome.READY, at=agent.finished_at, **figures
         )

@@ -10,7 +10,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.real_sglang._side import SETUP
+
+pytestmark = pytest.mark.slow  # pip's retries against a dead registry: about a minute
 
 
 def test_setup_fails_saying_so_when_no_registry_answers(tmp_path: Path) -> None:

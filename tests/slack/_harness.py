@@ -15,6 +15,7 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 
 from bot.chat.config import ChatSettings
 from bot.clock import Clock
+from bot.reports import ReportSettings
 from bot.settings import Secret
 from bot.slack import HttpServer, SlackBot, SlackSettings, SlackTokens, bind, build_bot
 from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION
@@ -97,7 +98,12 @@ APPLY, CANCEL = APPLY_ACTION, CANCEL_ACTION
 
 
 def _build(
-    slack: SlackApiStandIn, settings: ChatSettings, store: Store, clock: Clock | None, http: bool
+    slack: SlackApiStandIn,
+    settings: ChatSettings,
+    store: Store,
+    clock: Clock | None,
+    http: bool,
+    reports: ReportSettings | None = None,
 ) -> SlackBot:
     tokens = SlackTokens(
         bot=Secret(slack.bot_token),
@@ -113,15 +119,21 @@ def _build(
         clock=clock,
         poll_wait_s=5.0,
         retry_s=0.2,
+        reports=reports,
     )
 
 
 @contextmanager
 def http_bot(
-    slack: SlackApiStandIn, settings: ChatSettings, store: Store, clock: Clock | None = None
+    slack: SlackApiStandIn,
+    settings: ChatSettings,
+    store: Store,
+    clock: Clock | None = None,
+    reports: ReportSettings | None = None,
 ) -> Iterator[RunningBot]:
-    """The bot in HTTP mode, uvicorn on a free port, resuming what the store holds."""
-    bot = _build(slack, settings, store, clock, http=True)
+    """The bot in HTTP mode, uvicorn on a free port, resuming what the store holds; with
+    ``reports``, its report commands answer (no scheduler: a test starts one if it needs it)."""
+    bot = _build(slack, settings, store, clock, http=True, reports=reports)
     server = HttpServer(bot.app, bind("127.0.0.1", 0)).start()
     bot.start()
     try:

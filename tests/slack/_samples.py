@@ -16,10 +16,23 @@ from bot.chat._usage import HELP_LINES
 from bot.chat.agent_views import AgentEvent, AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import progress_view
-from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
-from bot.slack import messages
+from bot.chat.replies import (
+    HostAnswer,
+    HostReportView,
+    HostsReply,
+    ProposalReply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
+    StatusReply,
+)
+from bot.chat.reporting import ChartImage
+from bot.reports import GpuMemory, HostReport, LastOperation, ServerMetrics
+from bot.slack import messages, report_messages
 from bot.slack._blocks import SlackMessage
-from bot.vocab import EventPhase, OperationState, ServerState
+from bot.store.records import ReportSchedule
+from bot.vocab import EventPhase, OperationKind, OperationState, ServerState
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -174,6 +187,48 @@ def _view(events: list[AgentEvent], state: OperationState) -> Any:
     return progress_view(events, state, now=events[-1].at, planned_gb_per_rank=44.77)
 
 
+def host_report() -> HostReport:
+    """The field notes' host at ratio 2, busy: its figures as a report carries them."""
+    return HostReport(
+        host="kimi-01",
+        at=T0,
+        server_state=ServerState.RUNNING.value,
+        version="0.5.9",
+        uptime_s=8_000.0,
+        setting="ratio 2 x device pool",
+        revision=3,
+        ram_total_gb=449.0,
+        ram_available_gb=237.9,
+        hicache_gb=179.2,
+        ranks=8,
+        gpus=tuple(GpuMemory(i, 94.5, 96.0) for i in range(8)),
+        device_tokens=159_274,
+        host_tokens_per_rank=318_549,
+        metrics=ServerMetrics(0.97, 50, 80, 0.12),
+        last_operation=LastOperation(
+            4, OperationKind.RESIZE.value, OperationState.READY.value, "U0ANA", T0
+        ),
+    )
+
+
+def report_reply(scheduled: bool = False) -> ReportReply:
+    chart = ChartImage("kimi-01", b"png", "kimi-01-capacity.png", "Capacity of kimi-01", (720, 720))
+    busy = HostReportView(
+        host_report(),
+        chart=chart,
+        proposal=proposal_reply(pid=7),
+        evidence="token usage 96-98% over the last 30 min with 80 queued and RAM to spare",
+    )
+    silent = HostReportView(HostReport("kimi-02", T0, problem="connection refused"))
+    return ReportReply((busy, silent), schedule=_schedule() if scheduled else None)
+
+
+def _schedule(sid: int = 2) -> ReportSchedule:
+    return ReportSchedule(
+        sid, "C0OPS", None, "every 6h", T0 + timedelta(hours=6), "U0BEN", T0, True
+    )
+
+
 #: Every message kind: its golden file's name and how it is made.
 SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
     "proposal_fits": lambda: messages.proposal(proposal_reply()),
@@ -220,6 +275,21 @@ SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
     ),
     "error": lambda: messages.ephemeral("error", "the agent on kimi-01 did not answer"),
     "post_failed": lambda: messages.post_failed("C0OPS", "not_in_channel"),
+    "report": lambda: report_messages.report(report_reply()),
+    "report_scheduled_run": lambda: report_messages.report(report_reply(scheduled=True)),
+    "report_scheduled": lambda: report_messages.report_scheduled(
+        ReportScheduledReply(_schedule(), "every 6h", "UTC")
+    ),
+    "report_stopped": lambda: report_messages.report_stopped(
+        ReportStoppedReply("C0OPS", (_schedule(),))
+    ),
+    "report_stopped_none": lambda: report_messages.report_stopped(ReportStoppedReply("C0OPS", ())),
+    "report_schedules": lambda: report_messages.report_schedules(
+        ReportSchedulesReply((_schedule(), _schedule(3)), ("every 6h", "every 6h"), "UTC")
+    ),
+    "report_schedules_none": lambda: report_messages.report_schedules(
+        ReportSchedulesReply((), (), "UTC")
+    ),
 }
 
 

@@ -103,3 +103,35 @@ def test_socket_mode_is_the_default_and_acks_an_envelope(
         assert process.wait(20) == 0
     (opened,) = slack.calls("apps.connections.open")[:1]
     assert opened.token == slack.app_token
+
+
+@pytest.mark.slow
+def test_a_second_bot_on_the_same_database_is_refused_unless_no_scheduler(
+    tmp_path: Path, slack: SlackApiStandIn
+) -> None:
+    """While one kimi-ops bot runs the report scheduler, a second on the same database exits 2
+    with one line naming the first's process and --no-scheduler; with --no-scheduler it runs;
+    once SIGTERM stops the first, its lock is given up and the next bot takes the scheduler."""
+    http = ("--http", "--port", "0", "--listen", "127.0.0.1")
+    with _bot(tmp_path, slack, *http) as first:
+        _listening_url(first)
+        with _bot(tmp_path, slack, *http) as second:
+            assert second.wait(30) == 2
+            assert second.stderr is not None
+            err = second.stderr.read()
+        assert "Traceback" not in err
+        said = [line for line in err.splitlines() if line.startswith("kimi-ops bot:")]
+        assert len(said) == 1, err
+        assert said[0].startswith("kimi-ops bot: another kimi-ops bot (")
+        assert f":{first.pid}:" in said[0]  # the lock's owner is host:pid:nonce
+        assert "--no-scheduler" in said[0]
+        with _bot(tmp_path, slack, *http, "--no-scheduler") as third:
+            _listening_url(third)
+            third.send_signal(signal.SIGTERM)
+            assert third.wait(20) == 0
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(20) == 0
+    with _bot(tmp_path, slack, *http) as next_one:
+        _listening_url(next_one)  # a refused start would exit 2 before this line
+        next_one.send_signal(signal.SIGTERM)
+        assert next_one.wait(20) == 0

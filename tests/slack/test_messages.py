@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from bot.chat.audit import Watch
 from bot.chat.progress import Cause, ProgressView
-from bot.slack import messages
+from bot.chat.replies import ReportReply
+from bot.slack import messages, report_messages
 from bot.slack._blocks import SlackMessage
 from bot.vocab import FailureKind, OperationState
-from tests.slack._samples import SAMPLES, as_json, golden_path, history_entries, render
+from tests.slack._samples import (
+    SAMPLES,
+    as_json,
+    golden_path,
+    history_entries,
+    render,
+    report_reply,
+)
 
 # Slack's documented limits (docs/slack.md): 50 blocks, 3,000 characters a section's text,
 # 2,000 a field; a message's text fails with msg_too_long at about 4,000.
@@ -105,3 +114,17 @@ def test_mentions_use_slack_user_ids() -> None:
     made = SAMPLES["notice_ready"]()
     assert isinstance(made, SlackMessage)
     assert re.findall(r"<@(\w+)>", made.text) == ["U0BEN", "U0ANA"]
+
+
+def test_a_report_over_twenty_hosts_stays_within_slacks_limits() -> None:
+    """Twenty hosts (Slack's 50 blocks hold sixteen of them) are cut with an ellipsis block,
+    and the fallback text still names every host."""
+    busy = report_reply().hosts[0]
+    views = tuple(
+        replace(busy, report=replace(busy.report, host=f"kimi-{i:02d}")) for i in range(20)
+    )
+    made = report_messages.report(ReportReply(views)).to_json()
+    _check_limits(made)
+    assert len(made["blocks"]) == BLOCKS
+    assert made["blocks"][-1]["elements"][0]["text"] == "…"
+    assert all(f"kimi-{i:02d}:" in made["text"] for i in range(20))

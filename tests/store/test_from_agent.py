@@ -33,6 +33,8 @@ from bot.vocab import (
 from tests.agent._api_helpers import SMALL, TOKEN, TOKEN_ENV, auth, run_agent, write_config
 from tests.store.conftest import table_counts
 
+pytestmark = pytest.mark.slow  # a real agent on the simulator, once per module
+
 HOST = "kimi-test"
 
 

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.chat.conftest import free_port
+
+pytestmark = pytest.mark.slow  # each test runs kimi-ops chat as a subprocess
 
 TOKEN_ENV = "KIMI_AGENT_TOKEN"
 

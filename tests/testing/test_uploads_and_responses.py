@@ -44,11 +44,17 @@ def _png_size(data: bytes) -> tuple[int, int]:
 def test_files_upload_v2_stores_the_png_and_shares_it_in_the_thread(
     slack: SlackApiStandIn, client: WebClient
 ) -> None:
-    """files_upload_v2 runs its three steps and the stand-in keeps the PNG, shared in the thread."""
+    """files_upload_v2 runs its three steps and the stand-in keeps the PNG and its alt text,
+    shared in the thread."""
     parent = client.chat_postMessage(channel="C1", text="resize done")["ts"]
     png = _png(7, 3)
     answer = client.files_upload_v2(
-        content=png, filename="pools.png", title="KV pools", channel="C1", thread_ts=parent
+        content=png,
+        filename="pools.png",
+        title="KV pools",
+        alt_txt="KV pools over 24 h",
+        channel="C1",
+        thread_ts=parent,
     )
     file_id = answer["file"]["id"]
     assert [c.method for c in slack.calls()][1:] == [
@@ -62,6 +68,7 @@ def test_files_upload_v2_stores_the_png_and_shares_it_in_the_thread(
     assert upload.data == png
     assert _png_size(upload.data) == (7, 3)
     assert (upload.title, upload.channel, upload.thread_ts) == ("KV pools", "C1", parent)
+    assert upload.alt_text == "KV pools over 24 h"
     (reply,) = slack.replies("C1", parent)
     assert reply.files == (file_id,)
 

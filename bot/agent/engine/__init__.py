@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from bot.agent.engine.context import RunnerContext, SGLangLike, StartOutcome
 from bot.agent.engine.crash_points import (
+    APPLY_POINTS,
     NO_CRASHES,
+    ROLLBACK_POINTS,
     CrashAt,
     CrashPoint,
     CrashPoints,
@@ -29,7 +31,9 @@ from bot.agent.engine.guard import GuardTrip, PoolBudget, StartGuard, guard_note
 from bot.agent.engine.manager import OperationManager, Planner
 
 __all__ = [
+    "APPLY_POINTS",
     "NO_CRASHES",
+    "ROLLBACK_POINTS",
     "CrashAt",
     "CrashPoint",
     "CrashPoints",

@@ -23,7 +23,7 @@ from bot.agent.engine.gpu_wait import gpu_indices, wait_for_gpus_free
 from bot.agent.engine.guard import PoolBudget, StartGuard
 from bot.agent.engine.watcher import StartWatcher
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
-from bot.agent.state.views import RevisionOutcome
+from bot.agent.state.views import RevisionOutcome, RevisionView
 from bot.errors import (
     GpuProbeError,
     GpusBusyError,
@@ -67,7 +67,8 @@ class Runner:
         self._point = point
 
     def _crash_point(self, point: CrashPoint) -> None:
-        self.ctx.crash_points.reach(point)
+        stage = Stage.APPLY if self._point is None else self._point.stage
+        self.ctx.crash_points.reach(point, stage)
 
     # -- the operation ------------------------------------------------------------------------
 
@@ -114,9 +115,7 @@ class Runner:
             )
         self._point = point
         if point.stage is Stage.ROLLBACK:
-            self._state = OperationState.ROLLING_BACK
-            self.events.stage = Stage.ROLLBACK.value
-            self._after_rollback(self._attempt())
+            self._roll_back()
             return
         outcome = self._attempt()
         if outcome.ready:
@@ -125,6 +124,7 @@ class Runner:
             return
         self._record(outcome, RevisionOutcome.FAILED)
         self.ctx.state.update_operation(self.op_id, failure=outcome.data)
+        self._crash_point(CrashPoint.FAILURE_RECORDED)
         if not outcome.started:
             self._finish(OperationState.FAILED, outcome.message, outcome.data, None)
             return
@@ -189,15 +189,8 @@ class Runner:
                 None,
             )
             return
-        rev_id = self.ctx.state.add_revision(
-            argv=list(target.argv),
-            hicache=dict(target.hicache),
-            created_at=iso(self.ctx.clock.now()),
-            actor="kimi-ops (automatic rollback)",
-            kind=OperationKind.ROLLBACK.value,
-            rollback_of=failed.revision,
-            operation_id=self.op_id,
-        )
+        rev_id = self._rollback_revision(failed.revision, target)
+        self._crash_point(CrashPoint.ROLLBACK_REVISION_ADDED)
         self.ctx.state.update_operation(self.op_id, rollback_of=failed.revision)
         self._state = OperationState.ROLLING_BACK
         self._save(
@@ -210,18 +203,52 @@ class Runner:
                 rollback=RollbackCause(target.id, failure.data, failure.message),
             )
         )
+        self._crash_point(CrashPoint.ROLLBACK_RECORDED)
+        self._roll_back()
+
+    def _roll_back(self) -> None:
+        """The rollback stage, from its resume point: say so (once: a resumed agent whose
+        predecessor died before the event writes it now, as the audit reads the rollback's
+        revisions from it), then start the config returned to."""
+        point, cause = self.point, self.point.rollback
+        assert cause is not None, "the rollback stage always records its cause"
+        self._state = OperationState.ROLLING_BACK
         self.events.stage = Stage.ROLLBACK.value
         self.events.new_start(None)
         self.events.emit(
             EventPhase.ROLLING_BACK,
-            f"{failure.message}; rolling back to revision {target.id} "
-            f"({read_hicache(list(target.argv)).effective_phrase()})",
-            {"cause": failure.data, "target_revision": target.id, "revision": rev_id},
+            f"{cause.message}; rolling back to revision {cause.target} "
+            f"({read_hicache(list(point.argv)).effective_phrase()})",
+            {
+                "cause": dict(cause.data),
+                "target_revision": cause.target,
+                "revision": point.revision,
+            },
             step="rolling_back",
             progress=0.0,
             state=OperationState.ROLLING_BACK,
         )
         self._after_rollback(self._attempt())
+
+    def _rollback_revision(self, failed: int, target: RevisionView) -> int:
+        """The revision the automatic rollback runs: the one this operation already added if an
+        agent died after adding it (its resume point still at the failed start), else a new one."""
+        for revision in self.ctx.state.revisions():
+            if (
+                revision.operation_id == self.op_id
+                and revision.kind == OperationKind.ROLLBACK
+                and revision.rollback_of == failed
+            ):
+                return revision.id
+        return self.ctx.state.add_revision(
+            argv=list(target.argv),
+            hicache=dict(target.hicache),
+            created_at=iso(self.ctx.clock.now()),
+            actor="kimi-ops (automatic rollback)",
+            kind=OperationKind.ROLLBACK.value,
+            rollback_of=failed,
+            operation_id=self.op_id,
+        )
 
     def _after_rollback(self, outcome: StartOutcome) -> None:
         cause = self.point.rollback
@@ -376,8 +403,7 @@ def _not_started(exc: KimiOpsError, data: dict[str, Any]) -> StartOutcome:
     """The start could not begin (GPUs busy, the GPU probe or the backend failing): the
     operation fails without starting, the server left stopped."""
     message = f"not started: {str(exc).rstrip('.')}; the server is stopped"
-    # "no_start" stays in the failure's JSON for the API's clients; the engine reads ``started``.
-    return StartOutcome(False, message, dict(data, message=str(exc), no_start=True), started=False)
+    return StartOutcome(False, message, dict(data, message=str(exc)), started=False)
 
 
 def _kind_of(exc: KimiOpsError) -> FailureKind:

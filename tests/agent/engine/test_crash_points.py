@@ -1,66 +1,38 @@
-"""An agent killed at any point of a resize resumes it to the end it would have reached, and the
-server is started exactly once: every :class:`CrashPoint`, on both backends.
+"""An agent killed at any point of an operation resumes it to the end it would have reached, and
+each config is started exactly once: every :class:`CrashPoint` of a resize that comes up, and
+every point of a failed resize's rollback, on both backends.
 
 The real simulator runs the server; the systemd backend runs over the stand-in ``systemctl`` and
-``journalctl`` of ``tests/agent/fake_systemd/`` (systemd is not PID 1 here). A crash is
-``CrashAt(point)`` given to the composition root: the engine raises there as a SIGKILL would stop
-it (nothing after the point runs, the server keeps running); a second agent is then built on the
-same state directory, as a restarted one would be.
+``journalctl`` of ``tests/agent/fake_systemd/`` (systemd is not PID 1 here; see
+``tests/agent/engine/_backends.py``). A crash is ``CrashAt(point, stage)`` given to the
+composition root: the engine raises there as a SIGKILL would stop it (nothing after the point
+runs, the server keeps running); a second agent is then built on the same state directory, as a
+restarted one would be.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from bot.agent.config import AgentSettings
 from bot.agent.control.process import ProcessControl
-from bot.agent.engine.crash_points import CrashAt, CrashPoint
+from bot.agent.engine.crash_points import APPLY_POINTS, ROLLBACK_POINTS, CrashAt, CrashPoint
 from bot.agent.service import AgentService, build_service
 from bot.agent.sglang_client import SGLangClient
+from bot.agent.state.resume_point import Stage
+from bot.agent.state.views import OperationView, ProgressEvent
 from bot.errors import KimiOpsError
-from bot.vocab import OperationKind, OperationState
-from tests.agent._ops_fixtures import free_port, harness_factory, sim_command, wait_final
-from tests.agent.engine.test_manager_systemd import SystemdRig, systemd_rig
+from bot.vocab import FailureKind, OperationKind, OperationState
+from tests.agent._ops_fixtures import wait_final
+from tests.agent.engine._backends import BackendRig, backend_rig, harness_factory, systemd_rig
 
-__all__ = ["harness_factory", "systemd_rig"]
+__all__ = ["backend_rig", "harness_factory", "systemd_rig"]
 
 pytestmark = pytest.mark.slow
-
-SMALL = ("--mem-fraction-static", "0.7", "--enable-hierarchical-cache")
-
-
-@dataclass
-class Rig:
-    """What the test needs of either backend's rig: settings, the first server, and how many
-    times the server was started (the simulator's own count, not the agent's)."""
-
-    settings: AgentSettings
-    start_server: Callable[[], int]
-    starts: Callable[[], int]
-
-
-@pytest.fixture(params=["process", "systemd"])
-def rig(
-    request: pytest.FixtureRequest,
-    harness_factory: Callable[..., Any],
-    systemd_rig: Callable[..., SystemdRig],
-) -> Rig:
-    """A server on the process backend (starts counted in its log) or on systemd (counted by
-    the stand-in systemctl)."""
-    if request.param == "process":
-        harness = harness_factory(sim_command(free_port(), *SMALL, "--hicache-ratio", "2"))
-        return Rig(
-            harness.settings,
-            harness.start_server,
-            lambda: harness.log_text().count("server_args="),
-        )
-    built = systemd_rig()
-    return Rig(built.settings, built.start_server, built.starts)
 
 
 @pytest.fixture
@@ -87,32 +59,84 @@ def services() -> Iterator[Callable[..., AgentService]]:
             service.control.release()
 
 
-@pytest.mark.parametrize("point", list(CrashPoint))
+def _crash_and_resume(
+    settings: AgentSettings,
+    services: Callable[..., AgentService],
+    crash: CrashAt,
+    **request: Any,
+) -> tuple[AgentService, OperationView, list[ProgressEvent]]:
+    """Submit a resize to an agent that crashes at ``crash``, then resume it on a fresh agent on
+    the same state; the fresh agent, the final view and the events."""
+    first = services(settings, crash_points=crash)
+    op = first.submit(OperationKind.RESIZE, actor="ana", **request)
+    assert first.manager.join(op.id, timeout_s=120), "the crashed runner thread did not end"
+    assert crash.crashed, f"{crash.stage}:{crash.point} was never reached"
+    assert not first.get(op.id).finished
+    first.close()
+
+    second = services(settings)
+    assert second.resume() == [op.id]
+    final = wait_final(second.manager, op.id)
+    events = second.state.events(op.id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    steps = [e.data["step"] for e in events if "step" in e.data]
+    assert len(steps) == len(set(steps)), steps
+    return second, final, events
+
+
+@pytest.mark.parametrize(("stage", "point"), APPLY_POINTS, ids=lambda v: str(v))
 def test_a_crash_at_any_point_resumes_to_ready_with_one_start(
-    point: CrashPoint, rig: Rig, services: Callable[..., AgentService]
+    stage: Stage,
+    point: CrashPoint,
+    backend_rig: Callable[..., BackendRig],
+    services: Callable[..., AgentService],
 ) -> None:
     """Crashed at ``point`` during a resize (ratio 2 -> 3), a new agent on the same state
     resumes the operation to ready, the event list has no gap and no repeated step, and the
     server was started once for the resize."""
+    rig = backend_rig()
     rig.start_server()
     starts_before = rig.starts()
-    crash = CrashAt(point)
-    first = services(rig.settings, crash_points=crash)
-    op = first.submit(OperationKind.RESIZE, actor="ana", ratio=3)
-    assert first.manager.join(op.id, timeout_s=120), "the crashed runner thread did not end"
-    assert crash.crashed, f"{point} was never reached"
-    assert first.get(op.id).state is not OperationState.READY
-    first.close()
-
-    second = services(rig.settings)
-    assert second.resume() == [op.id]
-    final = wait_final(second.manager, op.id)
-    events = second.state.events(op.id)
+    second, final, events = _crash_and_resume(
+        rig.settings, services, CrashAt(point, stage), ratio=3
+    )
     assert final.state is OperationState.READY, events[-1].message
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    steps = [e.data["step"] for e in events if "step" in e.data]
-    assert len(steps) == len(set(steps)), steps
     assert rig.starts() == starts_before + 1, f"started {rig.starts() - starts_before} times"
     served = second.sglang.server_info()
     assert served is not None
     assert served["hicache_ratio"] == 3
+
+
+@pytest.mark.parametrize(("stage", "point"), ROLLBACK_POINTS, ids=lambda v: str(v))
+def test_a_crash_while_rolling_back_resumes_to_rolled_back_with_one_start_each(
+    stage: Stage,
+    point: CrashPoint,
+    backend_rig: Callable[..., BackendRig],
+    services: Callable[..., AgentService],
+) -> None:
+    """Crashed at ``point`` after a resize failed (24 GB per rank, which SGLang 0.5.23 refuses
+    on the 60 GB host once its own RAM is taken) or during its rollback, a new agent on the same
+    state ends the operation rolled back with the host-memory cause, one rollback revision that
+    became ready, the failed config started once and the old one (ratio 2) started once."""
+    rig = backend_rig(env={"KIMI_SIM_VERSION": "0.5.23"})
+    rig.start_server()
+    starts_before = rig.starts()
+    second, final, events = _crash_and_resume(
+        rig.settings, services, CrashAt(point, stage), size_gb=24
+    )
+    assert final.state is OperationState.ROLLED_BACK, events[-1].message
+    assert final.failure is not None
+    assert final.failure["kind"] == FailureKind.HOST_MEMORY
+    assert [e.phase for e in events].count("rolling_back") == 1
+    # Two starts since the first server: the refused size, then the old config, once each.
+    assert rig.starts() == starts_before + 2, f"started {rig.starts() - starts_before} times"
+    rollbacks = [
+        r for r in second.revisions() if r.operation_id == final.id and r.kind == "rollback"
+    ]
+    assert len(rollbacks) == 1, rollbacks
+    assert rollbacks[0].became_ready
+    assert final.rollback_of == final.revision
+    served = second.sglang.server_info()
+    assert served is not None
+    assert served["hicache_ratio"] == 2
+    assert not served["hicache_size"]

@@ -136,6 +136,8 @@ def test_a_lost_gpu_after_the_stop_fails_without_starting(
     control = _Control(harness.parts()[0])
     final = _restart(harness, _LostGpuProbe(make_probe(harness.settings)), control)
     message = _check_failed(harness, final, "gpu_probe", "GPU is lost")
+    assert final.failure is not None
+    assert set(final.failure) == {"kind", "message"}  # no log lines: no server ran
     assert "GPU is lost" in message
     assert "the server is stopped" in message
     assert control.starts == 0
@@ -150,6 +152,8 @@ def test_a_refused_start_fails_with_the_backends_reason(
     harness.start_server()
     final = _restart(harness, None, _Control(harness.parts()[0], refuse=True))
     message = _check_failed(harness, final, "backend", "unit is masked")
+    assert final.failure is not None
+    assert set(final.failure) == {"kind", "message"}
     assert "unit is masked" in message
     assert "the server is stopped" in message
 

@@ -1,0 +1,43 @@
+"""Fleets: SGLang replicas behind SGLang's router, resized one by one with no dropped request.
+
+:func:`load_fleets` reads ``[fleets.NAME]``; :class:`RouterClient` drives the router whichever
+worker API it speaks; :func:`plan_fleet` plans every replica before any is touched;
+:class:`RolloutRunner` takes each replica out, drains it, resizes it through its agent and puts
+it back; :class:`RolloutView` is what a front end shows.
+"""
+
+from __future__ import annotations
+
+from bot.fleet.config import FleetSettings, load_fleets
+from bot.fleet.drain import DrainResult, LoadProbe, ReplicaLoad, wait_idle
+from bot.fleet.errors import FleetError, RouterError, RouterUnsupported
+from bot.fleet.plan import FleetChange, FleetRefusal, ReplicaAgent, plan_fleet
+from bot.fleet.rollout import RolloutLog, RolloutRunner, RouterSeam
+from bot.fleet.router import RouterApi, RouterClient, RouterWorker
+from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+
+__all__ = [
+    "DrainResult",
+    "FleetChange",
+    "FleetError",
+    "FleetRefusal",
+    "FleetSettings",
+    "LoadProbe",
+    "ReplicaAgent",
+    "ReplicaLoad",
+    "ReplicaPhase",
+    "ReplicaView",
+    "RolloutLog",
+    "RolloutRunner",
+    "RolloutState",
+    "RolloutView",
+    "RouterApi",
+    "RouterClient",
+    "RouterError",
+    "RouterSeam",
+    "RouterUnsupported",
+    "RouterWorker",
+    "load_fleets",
+    "plan_fleet",
+    "wait_idle",
+]

@@ -1,0 +1,94 @@
+"""Plan every replica of a fleet before touching any: one refusal refuses the rollout.
+
+Hosts may differ in RAM, so each host's agent plans the change on its own live facts; the
+refusal names the host and carries the planner's arithmetic (``plan.reason``), e.g.
+"kimi-02: REFUSED: ratio 4 needs 8 ranks x 44.77 GB = 358.2 GB; ... leaves 301.0 GB".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.chat.agent_views import AgentOperation, OperationPage, PlannedChange
+from bot.errors import AgentError
+from bot.fleet.config import FleetSettings
+from bot.fleet.view import ReplicaView
+from bot.vocab import OperationKind
+
+__all__ = ["FleetChange", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
+
+
+class ReplicaAgent(Protocol):
+    """What a rollout asks of a host's agent (:class:`bot.chat.agent_client.AgentClient`)."""
+
+    def plan(self, ratio: float | None = None, size_gb: int | None = None) -> PlannedChange: ...
+
+    def submit(
+        self,
+        kind: OperationKind,
+        actor: str,
+        ratio: float | None = None,
+        size_gb: int | None = None,
+        revision: int | None = None,
+        fingerprint: str | None = None,
+    ) -> AgentOperation: ...
+
+    def events(self, operation_id: int, after: int = 0, wait_s: float = 0.0) -> OperationPage: ...
+
+
+@dataclass(frozen=True)
+class FleetChange:
+    """What the rollout does to each replica: a resize, a restart or a rollback."""
+
+    kind: OperationKind
+    ratio: float | None = None
+    size_gb: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind is not OperationKind.RESIZE:
+            return self.kind.value
+        if self.size_gb is not None:
+            return f"hicache size {self.size_gb}"
+        return f"hicache ratio {self.ratio:g}"
+
+
+@dataclass(frozen=True)
+class FleetRefusal:
+    """The rollout was refused before anything changed: each refused host and why."""
+
+    fleet: str
+    change: str
+    reasons: tuple[tuple[str, str], ...]  # (host, the planner's arithmetic or the agent's error)
+    replicas: tuple[ReplicaView, ...]  # every host's plan, the fitting ones too
+
+
+def plan_fleet(
+    fleet: FleetSettings, agents: Mapping[str, ReplicaAgent], change: FleetChange
+) -> tuple[ReplicaView, ...] | FleetRefusal:
+    """Each replica's line (its plan for a resize), or the refusal of the whole rollout."""
+    if change.kind is not OperationKind.RESIZE:
+        return tuple(ReplicaView(host, fleet.url(host)) for host in fleet.hosts)
+
+    def one(host: str) -> tuple[ReplicaView, str | None]:
+        try:
+            plan = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb).plan
+        except AgentError as exc:
+            return ReplicaView(host, fleet.url(host), planned="no plan"), str(exc)
+        if plan.per_rank_gb is None:
+            figure = plan.setting
+        else:
+            figure = f"{plan.setting}: {plan.ranks} x {plan.per_rank_gb:.2f} GB/rank"
+        line = ReplicaView(host, fleet.url(host), planned=figure)
+        return line, None if plan.fits else plan.reason
+
+    with ThreadPoolExecutor(max_workers=len(fleet.hosts)) as pool:
+        answers = list(pool.map(one, fleet.hosts))
+    replicas = tuple(line for line, _ in answers)
+    reasons = tuple((line.host, why) for line, why in answers if why is not None)
+    if reasons:
+        return FleetRefusal(fleet.name, change.label, reasons, replicas)
+    return replicas

@@ -1,0 +1,275 @@
+"""The rollout: replica by replica (at most ``max_unavailable`` out of the router at once)::
+
+    remove from the router -> drain (the replica's own /get_load) -> resize through its agent
+    -> add back -> wait until the router reports it healthy -> next
+
+The router does not drain: removing a worker only stops new requests, those running finish on
+it, so the rollout waits until the replica itself says it is idle, up to the drain timeout (then
+SGLang's own SIGTERM drain is the backstop, and the view says the timeout was reached). A
+replica whose new config fails comes back on its old one (the agent rolls it back), is added back
+to the router, and the rollout stops there: the view says which replicas changed and which did
+not. Every phase change is saved through :class:`RolloutLog` first, so a bot restarted mid-way
+resumes from the store (:meth:`RolloutRunner.run` on the saved view).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from bot.chat.agent_views import AgentOperation
+from bot.clock import Clock
+from bot.errors import AgentError
+from bot.fleet.config import FleetSettings
+from bot.fleet.drain import LoadProbe, wait_idle
+from bot.fleet.errors import RouterError
+from bot.fleet.plan import FleetChange, ReplicaAgent
+from bot.fleet.router import RouterWorker
+from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
+from bot.vocab import OperationState
+
+__all__ = ["RolloutLog", "RolloutRunner", "RouterSeam"]
+
+#: A long-poll on the agent's operation returns on each event, or after this many seconds.
+EVENT_WAIT_S = 20.0
+#: How long 0.2.x/0.3.x may take to carry out a queued removal before it shows.
+REMOVAL_TIMEOUT_S = 60.0
+
+
+class RouterSeam(Protocol):
+    """What the rollout asks of the router (:class:`bot.fleet.router.RouterClient`)."""
+
+    def worker(self, url: str) -> RouterWorker | None: ...
+
+    def add(self, url: str) -> None: ...
+
+    def remove(self, url: str) -> None: ...
+
+
+class RolloutLog(Protocol):
+    """Where each phase change is saved before the rollout moves on (the store)."""
+
+    def save_rollout(self, view: RolloutView) -> None: ...
+
+
+class _Stop(Exception):
+    """A replica ended the rollout (its line already says why)."""
+
+
+class RolloutRunner:
+    """Carries one rollout to its end; ``on_view`` gets every new view (already saved)."""
+
+    def __init__(
+        self,
+        fleet: FleetSettings,
+        change: FleetChange,
+        router: RouterSeam,
+        agents: Mapping[str, ReplicaAgent],
+        probe: LoadProbe,
+        clock: Clock,
+        log: RolloutLog,
+        on_view: Callable[[RolloutView], None] = lambda view: None,
+    ) -> None:
+        self.fleet = fleet
+        self.change = change
+        self.router = router
+        self.agents = agents
+        self.probe = probe
+        self.clock = clock
+        self.log = log
+        self.on_view = on_view
+        self._lock = threading.Lock()
+        self._view: RolloutView | None = None
+
+    # -- the view ---------------------------------------------------------------------------
+
+    def _publish(self, view: RolloutView) -> None:
+        self._view = view
+        self.log.save_rollout(view)
+        self.on_view(view)
+
+    def _set(self, host: str, **changes: object) -> None:
+        with self._lock:
+            assert self._view is not None
+            self._publish(self._view.with_replica(host, **changes))
+
+    def _phase(self, host: str) -> ReplicaPhase:
+        assert self._view is not None
+        return self._view.replica(host).phase
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self, view: RolloutView) -> RolloutView:
+        """Carry ``view`` (new, or saved by a bot that stopped mid-way) to its end."""
+        self._view = view
+        todo = [r.host for r in view.replicas if r.phase is not ReplicaPhase.DONE]
+        step = self.fleet.max_unavailable
+        try:
+            for start in range(0, len(todo), step):
+                batch = todo[start : start + step]
+                with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                    outcomes = list(pool.map(self._replica_outcome, batch))
+                failed = [why for why in outcomes if why is not None]
+                if failed:
+                    raise _Stop(failed[0])
+        except _Stop as stop:
+            return self._finish(RolloutState.STOPPED, str(stop))
+        return self._finish(RolloutState.DONE, None)
+
+    def _finish(self, state: RolloutState, reason: str | None) -> RolloutView:
+        with self._lock:
+            assert self._view is not None
+            view = self._view
+            for line in view.replicas:
+                if line.phase is ReplicaPhase.WAITING:
+                    view = view.with_replica(line.host, phase=ReplicaPhase.UNCHANGED)
+            done = RolloutView(
+                view.id, view.fleet, view.change, view.actor, state, view.replicas, reason
+            )
+            self._publish(done)
+            return done
+
+    def _replica_outcome(self, host: str) -> str | None:
+        """Run one replica; None when it changed, else why the rollout must stop."""
+        try:
+            self._replica(host)
+        except _Stop as stop:
+            return str(stop)
+        return None
+
+    def _replica(self, host: str) -> None:
+        url = self.fleet.url(host)
+        started = self.clock.monotonic()
+        phase = self._phase(host)
+        operation_id = self._view.replica(host).operation_id if self._view else None
+        if phase is ReplicaPhase.RESIZING and operation_id is not None:
+            operation = self._follow(host, operation_id)  # a restarted bot picks it up
+        elif phase is ReplicaPhase.ADDING:
+            operation = None  # the change is made; put it back
+        else:
+            self._take_out(host, url)
+            operation = self._change(host)
+        self._put_back(host, url, operation, started)
+
+    def _take_out(self, host: str, url: str) -> None:
+        self._set(host, phase=ReplicaPhase.REMOVING)
+        try:
+            self.router.remove(url)
+            self._until(lambda: self.router.worker(url) is None, REMOVAL_TIMEOUT_S)
+        except (RouterError, TimeoutError) as exc:
+            self._set(host, phase=ReplicaPhase.UNCHANGED, detail=f"not removed: {exc}")
+            raise _Stop(f"{host} could not be taken out of the router: {exc}") from exc
+        self._set(host, phase=ReplicaPhase.DRAINING)
+        drained = wait_idle(
+            self.probe,
+            url,
+            self.clock,
+            self.fleet.drain_timeout_s,
+            self.fleet.drain_polls,
+            self.fleet.poll_interval_s,
+        )
+        if not drained.idle:
+            running = "an unknown number of" if drained.busy is None else str(drained.busy)
+            self._set(
+                host,
+                detail=f"drain timeout {self.fleet.drain_timeout_s:g} s reached with {running} "
+                "requests running; SGLang's own SIGTERM drain finishes them",
+            )
+
+    def _change(self, host: str) -> AgentOperation:
+        agent = self.agents[host]
+        change = self.change
+        self._set(host, phase=ReplicaPhase.RESIZING)
+        try:
+            # Planned again on fresh facts: the plan made before the rollout is a gate, and the
+            # agent refuses a fingerprint older than its facts.
+            fingerprint = (
+                agent.plan(ratio=change.ratio, size_gb=change.size_gb).fingerprint
+                if change.ratio is not None or change.size_gb is not None
+                else None
+            )
+            operation = agent.submit(
+                change.kind,
+                actor=self._actor,
+                ratio=change.ratio,
+                size_gb=change.size_gb,
+                fingerprint=fingerprint,
+            )
+        except AgentError as exc:
+            self._restore(host, self.fleet.url(host))
+            self._set(host, phase=ReplicaPhase.UNCHANGED, detail=str(exc))
+            raise _Stop(f"{host}'s agent did not start the change: {exc}") from exc
+        self._set(host, operation_id=operation.id)
+        return self._follow(host, operation.id)
+
+    @property
+    def _actor(self) -> str:
+        assert self._view is not None
+        return self._view.actor
+
+    def _follow(self, host: str, operation_id: int) -> AgentOperation:
+        agent, after = self.agents[host], 0
+        while True:
+            try:
+                page = agent.events(operation_id, after=after, wait_s=EVENT_WAIT_S)
+            except AgentError:
+                self.clock.sleep(self.fleet.poll_interval_s)  # the agent's restart: ask again
+                continue
+            after = page.last_seq
+            if page.operation.finished:
+                return page.operation
+
+    def _put_back(
+        self, host: str, url: str, operation: AgentOperation | None, started: float
+    ) -> None:
+        state = None if operation is None else operation.state
+        if state is OperationState.FAILED:
+            assert operation is not None
+            self._set(
+                host,
+                phase=ReplicaPhase.FAILED,
+                revision=operation.revision,
+                detail=f"did not start and its old config did not either: {operation.outcome}",
+                seconds=self.clock.monotonic() - started,
+            )
+            raise _Stop(f"{host} is down: its new config and its old one both failed to start")
+        revision = None if operation is None else operation.revision
+        self._set(host, phase=ReplicaPhase.ADDING, revision=revision)
+        healthy = self._restore(host, url)
+        elapsed = self.clock.monotonic() - started
+        if state is OperationState.ROLLED_BACK:
+            assert operation is not None
+            self._set(
+                host,
+                phase=ReplicaPhase.ROLLED_BACK,
+                detail=f"its new config failed; back on its old one: {operation.outcome}",
+                seconds=elapsed,
+            )
+            raise _Stop(f"{host}'s new config failed and was rolled back")
+        if not healthy:
+            self._set(host, phase=ReplicaPhase.FAILED, seconds=elapsed)
+            raise _Stop(f"{host} was not reported healthy by the router")
+        self._set(host, phase=ReplicaPhase.DONE, seconds=elapsed)
+
+    def _restore(self, host: str, url: str) -> bool:
+        """Add ``url`` back and wait until the router reports it healthy; False on timeout."""
+        try:
+            self.router.add(url)
+            self._until(lambda: _healthy(self.router.worker(url)), self.fleet.healthy_timeout_s)
+        except (RouterError, TimeoutError) as exc:
+            self._set(host, detail=f"not healthy in the router: {exc}")
+            return False
+        return True
+
+    def _until(self, check: Callable[[], bool], timeout_s: float) -> None:
+        deadline = self.clock.monotonic() + timeout_s
+        while not check():
+            if self.clock.monotonic() >= deadline:
+                raise TimeoutError(f"not within {timeout_s:g} s")
+            self.clock.sleep(min(self.fleet.poll_interval_s, 0.5))
+
+
+def _healthy(worker: RouterWorker | None) -> bool:
+    return worker is not None and worker.healthy
