@@ -87,7 +87,8 @@ def _head_revision_of_checkout() -> str:
 def test_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
     """The wheel lists the migrations, profiles and model files, and once installed in a fresh
     venv it prints its version, migrates a SQLite file to head, refuses size 300 on 8 ranks and
-    445 GB with exit 3, and starts the simulator's CLI, all from outside the checkout."""
+    445 GB with exit 3, starts the simulator's CLI and plays the demo, all from outside the
+    checkout."""
     dist, venv, elsewhere = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
     elsewhere.mkdir()
     source = tmp_path / "source"
@@ -124,3 +125,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
     assert "refused" in refused.stdout.lower()
 
     assert "--model-path" in _ok(_run([python, "-m", "bot.sim", "--help"], elsewhere))
+
+    # The whole demo from the wheel: simulator, agent, store and core, each a real part; its
+    # script exits 0 only when every step did what it should.
+    demo = _ok(_run([kimi_ops, "demo", "--script", "--time-scale", "0.005"], elsewhere, 300))
+    assert "READY kimi-01" in demo
