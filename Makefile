@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --durations=15
 
 # The loop while editing: no real subprocesses, no simulated timings (those are marked slow).
 test-fast: $(STAMP)

@@ -160,9 +160,7 @@ def _scratch(tmp_path: Path) -> Path:
 
 def _environment(tmp_path: Path) -> dict[str, str]:
     environ = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("KIMI_", "SLACK_"))
+        key: value for key, value in os.environ.items() if not key.startswith(("KIMI_", "SLACK_"))
     }
     environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}"
     environ["HOME"] = str(tmp_path)
