@@ -23,7 +23,6 @@ __all__ = [
     "HostAnswer",
     "HostReportView",
     "HostsReply",
-    "NotYetReply",
     "OperationReply",
     "ProblemReply",
     "ProposalReply",
@@ -121,13 +120,6 @@ class HistoryReply:
 
 
 @dataclass(frozen=True)
-class NotYetReply:
-    """A command of the grammar whose part of kimi-ops is not built yet (scheduled reports)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
 class HostReportView:
     """One host in a capacity report: its figures, its chart, and the recommendation recorded
     as an ordinary proposal (Apply/Cancel as for ``resize``) when the samples call for one."""
@@ -177,7 +169,6 @@ Reply = (
     | OperationReply
     | CancelledReply
     | HistoryReply
-    | NotYetReply
     | ReportReply
     | ReportScheduledReply
     | ReportStoppedReply

@@ -10,9 +10,20 @@ from datetime import datetime
 
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import ProgressView
+from bot.reports.model import ServerMetrics
 from bot.vocab import EventPhase
 
-__all__ = ["PHASE_LABEL", "clock", "count", "doing", "figure", "hhmm", "refusal_text"]
+__all__ = [
+    "PHASE_LABEL",
+    "clock",
+    "count",
+    "doing",
+    "figure",
+    "hhmm",
+    "load_text",
+    "refusal_text",
+    "uptime_text",
+]
 
 _VERB = {
     Action.APPLY: "apply proposals",
@@ -105,3 +116,27 @@ def refusal_text(refusal: Refusal) -> str:
         by = f" by {refusal.by}" if refusal.by else ""
         return f"{pid} was already {refusal.detail}{by} at {hhmm(refusal.at)}"
     return f"{pid} cannot be applied: the plan was refused. {refusal.detail}".rstrip()
+
+
+def uptime_text(seconds: float | None) -> str:
+    """A server's uptime as H:MM:SS, "?" when unknown."""
+    if seconds is None:
+        return "?"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def load_text(metrics: ServerMetrics | None) -> str:
+    """SGLang's gauges a report shows, or why there are none."""
+    if metrics is None:
+        return "no /metrics from this server (start SGLang with --enable-metrics)"
+    parts = []
+    if metrics.token_usage is not None:
+        parts.append(f"token usage {metrics.token_usage:.0%}")
+    if metrics.running_requests is not None:
+        parts.append(f"{metrics.running_requests} running")
+    if metrics.queued_requests is not None:
+        parts.append(f"{metrics.queued_requests} queued")
+    if metrics.cache_hit_rate is not None:
+        parts.append(f"cache hit rate {metrics.cache_hit_rate:.0%}")
+    return ", ".join(parts) or "none of the gauges kimi-ops reads"

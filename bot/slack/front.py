@@ -37,7 +37,6 @@ from bot.chat.replies import (
     HelpReply,
     HistoryReply,
     HostsReply,
-    NotYetReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
@@ -134,7 +133,7 @@ class SlackFrontEnd:
             self._private(origin, messages.help_message(reply.lines))
         elif isinstance(reply, UsageReply):
             self._private(origin, messages.ephemeral("usage", reply.reason, reply.usage))
-        elif isinstance(reply, ProblemReply | NotYetReply):
+        elif isinstance(reply, ProblemReply):
             self._private(origin, messages.ephemeral("error", reply.text))
         elif isinstance(reply, RefusalReply):
             self._private(origin, messages.ephemeral("refused", reply.text))

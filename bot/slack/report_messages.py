@@ -25,8 +25,8 @@ from bot.chat.replies import (
 )
 from bot.chat.wording import count as _count
 from bot.chat.wording import figure as _num
-from bot.chat.wording import hhmm
-from bot.reports import HostReport, ServerMetrics
+from bot.chat.wording import hhmm, load_text, uptime_text
+from bot.reports import HostReport
 from bot.slack._blocks import Block, SlackMessage, context, fields, message, section
 
 __all__ = [
@@ -41,28 +41,6 @@ __all__ = [
 def _who(user: str) -> str:
     # Slack user ids start with U or W; the reports' own proposer is a name, shown as is.
     return f"<@{user}>" if user[:1] in ("U", "W") and user.isalnum() else user
-
-
-def _uptime(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
-
-
-def _load(metrics: ServerMetrics | None) -> str:
-    if metrics is None:
-        return "no /metrics from this server (start SGLang with --enable-metrics)"
-    parts = []
-    if metrics.token_usage is not None:
-        parts.append(f"token usage {metrics.token_usage:.0%}")
-    if metrics.running_requests is not None:
-        parts.append(f"{metrics.running_requests} running")
-    if metrics.queued_requests is not None:
-        parts.append(f"{metrics.queued_requests} queued")
-    if metrics.cache_hit_rate is not None:
-        parts.append(f"cache hit rate {metrics.cache_hit_rate:.0%}")
-    return ", ".join(parts) or "none of the gauges kimi-ops reads"
 
 
 def _gpus(report: HostReport) -> str:
@@ -107,7 +85,7 @@ def _host_blocks(view: HostReportView) -> list[Block]:
     return [
         section(
             f"*{report.host}*: server {report.server_state}, SGLang {report.version or '?'}, "
-            f"up {_uptime(report.uptime_s)}\nhicache *{report.setting or 'unknown'}*{revision}"
+            f"up {uptime_text(report.uptime_s)}\nhicache *{report.setting or 'unknown'}*{revision}"
         ),
         fields(
             [
@@ -116,7 +94,7 @@ def _host_blocks(view: HostReportView) -> list[Block]:
                 f"{_num(report.hicache_gb, 1)} GB held by HiCache",
                 f"*KV tokens*\ndevice {_count(report.device_tokens)}; host "
                 f"{_count(report.host_tokens_per_rank)} per rank",
-                f"*Load*\n{_load(report.metrics)}",
+                f"*Load*\n{load_text(report.metrics)}",
                 f"*GPUs*\n{_gpus(report)}",
             ]
         ),

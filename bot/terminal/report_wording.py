@@ -20,8 +20,8 @@ from bot.chat.replies import (
     ReportSchedulesReply,
     ReportStoppedReply,
 )
-from bot.chat.wording import hhmm
-from bot.reports import HostReport, ServerMetrics
+from bot.chat.wording import hhmm, load_text, uptime_text
+from bot.reports import HostReport
 
 __all__ = ["report_reply_lines"]
 
@@ -30,28 +30,6 @@ ReportReplies = ReportReply | ReportScheduledReply | ReportStoppedReply | Report
 
 def _gb(value: float | None) -> str:
     return "?" if value is None else f"{value:,.1f} GB"
-
-
-def _uptime(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
-
-
-def _load(metrics: ServerMetrics | None) -> str:
-    if metrics is None:
-        return "no /metrics from this server (start SGLang with --enable-metrics)"
-    parts = []
-    if metrics.token_usage is not None:
-        parts.append(f"token usage {metrics.token_usage:.0%}")
-    if metrics.running_requests is not None:
-        parts.append(f"{metrics.running_requests} running")
-    if metrics.queued_requests is not None:
-        parts.append(f"{metrics.queued_requests} queued")
-    if metrics.cache_hit_rate is not None:
-        parts.append(f"cache hit rate {metrics.cache_hit_rate:.0%}")
-    return ", ".join(parts) or "none of the gauges kimi-ops reads"
 
 
 def _host(view: HostReportView) -> list[str]:
@@ -66,13 +44,13 @@ def _host(view: HostReportView) -> list[str]:
     )
     lines = [
         f"{report.host}: capacity at {hhmm(report.at)}, server {report.server_state}, "
-        f"SGLang {report.version or '?'}, up {_uptime(report.uptime_s)}",
+        f"SGLang {report.version or '?'}, up {uptime_text(report.uptime_s)}",
         f"  hicache   {report.setting or 'unknown'}{revision}",
         f"  host RAM  {_gb(report.ram_total_gb)} total, {_gb(report.ram_available_gb)} "
         f"available, {_gb(report.hicache_gb)} held by HiCache",
         f"  KV        device {report.device_tokens or 0:,} tokens; host "
         f"{report.host_tokens_per_rank or 0:,} tokens/rank",
-        f"  load      {_load(report.metrics)}",
+        f"  load      {load_text(report.metrics)}",
         f"  GPUs      {gpus or 'none reported'}",
     ]
     last = report.last_operation

@@ -22,7 +22,6 @@ from bot.chat.replies import (
     HistoryReply,
     HostAnswer,
     HostsReply,
-    NotYetReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
@@ -86,12 +85,10 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
-    if isinstance(
+    assert isinstance(
         reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
-    ):
-        return report_reply_lines(reply)
-    assert isinstance(reply, NotYetReply)
-    return [reply.text]
+    ), reply
+    return report_reply_lines(reply)
 
 
 def _silent(answer: HostAnswer) -> str:
