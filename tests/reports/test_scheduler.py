@@ -6,9 +6,11 @@ rather than the clock; the lease's decisions take the scheduler's injected clock
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,7 +19,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from bot.chat.core import ChatCore
 from bot.chat.policy import Actor
-from bot.chat.replies import ReportReply
+from bot.chat.replies import Reply, ReportReply
 from bot.errors import SchedulerLocked
 from bot.reports import ReportSettings
 from bot.reports.runtime import JOB_TABLE, ReportDesk, ReportScheduler, attach_reports
@@ -163,3 +165,44 @@ def test_a_scheduler_whose_lease_was_taken_over_stops_itself(store: Store) -> No
         lease = store.scheduler_lease("reports")
         assert lease is not None
         assert lease.owner == "another-bot"
+
+
+@dataclass
+class HeldPoster(RecordingPoster):
+    """A poster that holds each post until ``release`` is set: a report still running when the
+    bot is asked to stop."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def post(self, channel: str, reply: Reply) -> None:
+        self.entered.set()
+        self.release.wait(60)
+        super().post(channel, reply)
+
+
+def test_stopping_while_a_report_is_being_posted_finishes_and_posts_it_once(store: Store) -> None:
+    """A report job still posting when the scheduler stops finishes its post, and the stop
+    returns: APScheduler's shutdown waits for running jobs while holding its job-store lock, so a
+    job that reached into the scheduler afterwards used to hang the stop for ever."""
+    poster = HeldPoster()
+    with bot_process(store) as (core, desk):
+        with scheduler_of(core, desk, store, RecordingPoster()):
+            core.handle("report every 6h", ANA)
+        [schedule] = store.schedules()
+        _move_next_run(store, f"report-{schedule.id}", datetime.now(UTC) - timedelta(hours=13))
+        scheduler = ReportScheduler(core.context, desk, poster, store, SETTINGS)
+        scheduler.start()
+        assert poster.entered.wait(20), "the missed report did not run"
+        stopping = threading.Thread(target=scheduler.stop, daemon=True)
+        stopping.start()
+        # Let the stop reach APScheduler's shutdown (it waits for the held job) before the job
+        # goes on to ask the scheduler for its next run time.
+        time.sleep(1.0)
+        poster.release.set()
+        stopping.join(30)
+        assert not stopping.is_alive(), "the scheduler's stop hung on the running report job"
+    assert len(poster.posts) == 1
+    assert scheduler.stopped.is_set()
+    # The lease was given up: another bot may take it at once.
+    store.acquire_scheduler_lock("reports", "another-bot", datetime.now(UTC), 3600)

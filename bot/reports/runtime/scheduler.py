@@ -16,6 +16,7 @@ made through a ``--no-scheduler`` bot is picked up within one heartbeat.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -26,6 +27,7 @@ from datetime import datetime
 
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from bot.chat.handlers import Context, capacity_report
@@ -78,7 +80,12 @@ class ReportScheduler:
         self.name = name
         self.owner = _owner()
         self._clock = clock or SystemClock()
-        self._sync_lock = threading.Lock()
+        # Guards every call a job makes into the scheduler, and ``_closing``: APScheduler's
+        # ``shutdown(wait=True)`` holds its job-store lock while it waits for running jobs, so a
+        # job that reached for that lock during a shutdown would wait for ever (and the shutdown
+        # with it). Once ``_closing`` is set under this lock, no job touches the scheduler again.
+        self._sync_lock = threading.RLock()
+        self._closing = False
         self._scheduler = BackgroundScheduler(
             jobstores={
                 "default": SQLAlchemyJobStore(engine=store.engine, tablename=JOB_TABLE),
@@ -121,8 +128,12 @@ class ReportScheduler:
     def stop(self) -> None:
         """Stop the jobs (waiting for a running one) and give the lease up."""
         self.desk.on_schedules_changed = None
+        with self._sync_lock:
+            self._closing = True
+        # The heartbeat may have stopped it meanwhile (lease lost): nothing left to shut down.
         if self._scheduler.running:
-            self._scheduler.shutdown(wait=True)
+            with contextlib.suppress(SchedulerNotRunningError):
+                self._scheduler.shutdown(wait=True)
         self.stopped.set()
         jobs.forget(self.name, self)
         self.store.release_scheduler_lock(self.name, self.owner)
@@ -130,7 +141,7 @@ class ReportScheduler:
     def sync(self) -> None:
         """Make the stored report jobs match the enabled schedules: add the new, drop the gone."""
         with self._sync_lock:
-            if self.stopped.is_set():
+            if self._closing or self.stopped.is_set():
                 return
             wanted = {report_job_id(s.id): s for s in self.store.schedules(enabled_only=True)}
             have = {job.id for job in self._scheduler.get_jobs(jobstore="default")}
@@ -167,7 +178,10 @@ class ReportScheduler:
             log.exception("scheduled report %s failed", schedule_id)
             reply = ProblemReply(f"the scheduled capacity report could not be made: {exc}")
         self.poster.post(schedule.channel, reply)
-        job = self._scheduler.get_job(report_job_id(schedule_id), jobstore="default")
+        with self._sync_lock:
+            if self._closing:
+                return
+            job = self._scheduler.get_job(report_job_id(schedule_id), jobstore="default")
         if job is not None and job.next_run_time is not None:
             self.store.update_schedule(schedule_id, next_run_at=job.next_run_time)
 
@@ -178,6 +192,10 @@ class ReportScheduler:
                 "the report scheduler's lease on %s was taken over; stopping this scheduler",
                 self.store.url,
             )
+            with self._sync_lock:
+                if self._closing:
+                    return
+                self._closing = True
             self.stopped.set()
             self._scheduler.shutdown(wait=False)
             jobs.forget(self.name, self)
