@@ -97,7 +97,8 @@ def refusal_text(refusal: Refusal) -> str:
             if refusal.action is Action.CANCEL
             else "only the people in [policy] appliers (or its usergroups) may"
         )
-        return f"{refusal.actor} may not {_VERB[refusal.action]}: {who}"
+        unread = f" ({refusal.detail})" if refusal.detail else ""
+        return f"{refusal.actor} may not {_VERB[refusal.action]}: {who}{unread}"
     if kind is RefusalKind.SECOND_PERSON:
         return f"{pid} was proposed by {refusal.actor}; the policy asks a second person to apply it"
     if kind is RefusalKind.EXPIRED:

@@ -19,6 +19,7 @@ from bot.slack.dispatch import Dispatch
 from bot.slack.front import Origin, SlackFrontEnd
 from bot.slack.http import HttpServer, asgi_app, bind
 from bot.slack.service import SlackBot, build_bot
+from bot.slack.usergroups import UserGroups
 
 __all__ = [
     "Dispatch",
@@ -29,6 +30,7 @@ __all__ = [
     "SlackMessage",
     "SlackSettings",
     "SlackTokens",
+    "UserGroups",
     "asgi_app",
     "bind",
     "build_app",
