@@ -26,6 +26,7 @@ from bot.slack._book import MessageBook
 from bot.slack.app import build_app, web_client
 from bot.slack.config import SlackSettings, SlackTokens
 from bot.slack.dispatch import Dispatch
+from bot.slack.expiry import ProposalSweep
 from bot.slack.front import SlackFrontEnd
 from bot.slack.usergroups import DEFAULT_GROUPS_TTL_S, UserGroups
 from bot.store import Store
@@ -57,6 +58,7 @@ class SlackBot:
     reports: ReportSettings | None = None
     desk: ReportDesk | None = None
     scheduler: ReportScheduler | None = None
+    sweep: ProposalSweep | None = None  # closes and records expired proposals every sweep_s
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
@@ -75,9 +77,11 @@ class SlackBot:
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.sweep_s):
+            if self.sweep is None:
+                return
             try:
-                self.front.expire(self.clock.now())
-            except Exception:  # a Slack or store error must not end the sweeps
+                self.sweep.run()
+            except Exception:  # a store error must not end the sweeps
                 log.exception("closing expired proposals failed")
 
     def close(self) -> None:
@@ -108,9 +112,11 @@ def build_bot(
     """The bot over ``store``; ``tokens.signing_secret`` set means HTTP mode; ``reports`` set
     means the ``report`` commands answer (else they say reports are not set up here)."""
     client = web_client(tokens.bot, slack.api_url)
-    front = SlackFrontEnd(client, MessageBook(store), slack.channel)
+    book = MessageBook(store)
+    front = SlackFrontEnd(client, book, slack.channel)
     audit = StoreAudit(store, revisions_source(chat, environ, transports))
     the_clock = clock or SystemClock()
+    sweep = ProposalSweep(audit, book, front, the_clock)
     core = build_core(
         chat,
         audit,
@@ -128,4 +134,6 @@ def build_bot(
     dispatch = Dispatch(core, front, executor, actors)
     app = build_app(client, dispatch, tokens.signing_secret)
     desk = None if reports is None else attach_reports(core, store, reports, metrics_transport)
-    return SlackBot(app, core, front, dispatch, executor, the_clock, sweep_s, store, reports, desk)
+    return SlackBot(
+        app, core, front, dispatch, executor, the_clock, sweep_s, store, reports, desk, sweep=sweep
+    )
