@@ -55,8 +55,8 @@ class ReportSettings:
     heartbeat_seconds: int = 30
     lock_stale_seconds: int = 120
     rules: RecommendRules = field(default_factory=RecommendRules)
-    #: host name -> the SGLang server's own ``/metrics`` URL, read by the bot when the agent's
-    #: status does not carry the Prometheus figures.
+    #: host name -> the SGLang server's own ``/metrics`` URL, read by the bot instead of the
+    #: figures the agent's status carries (an override; the agent's are used if it fails).
     metrics_urls: Mapping[str, str] = field(default_factory=dict)
 
     @property
