@@ -149,10 +149,15 @@ def http_bot(
 
 @contextmanager
 def socket_bot(
-    slack: SlackApiStandIn, socket_mode: SocketModeStandIn, settings: ChatSettings, store: Store
+    slack: SlackApiStandIn,
+    socket_mode: SocketModeStandIn,
+    settings: ChatSettings,
+    store: Store,
+    reports: ReportSettings | None = None,
 ) -> Iterator[RunningBot]:
-    """The bot in Socket Mode, connected through the stand-in's apps.connections.open."""
-    bot = _build(slack, settings, store, None, http=False)
+    """The bot in Socket Mode, connected through the stand-in's apps.connections.open; with
+    ``reports``, its report commands answer (no scheduler)."""
+    bot = _build(slack, settings, store, None, http=False, reports=reports)
     handler = SocketModeHandler(bot.app, app_token=slack.app_token)
     handler.connect()  # type: ignore[no-untyped-call]
     socket_mode.wait_for_connection()
