@@ -7,6 +7,7 @@ terminal and the demo tell a person the same thing.
 from __future__ import annotations
 
 from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import ProgressView
@@ -21,6 +22,7 @@ __all__ = [
     "figure",
     "hhmm",
     "load_text",
+    "local_time",
     "refusal_text",
     "uptime_text",
 ]
@@ -85,6 +87,12 @@ def doing(view: ProgressView) -> str:
 def hhmm(at: datetime | None) -> str:
     """A time as people read it in a channel: ``09:14 UTC``."""
     return "an unknown time" if at is None else f"{at:%H:%M} UTC"
+
+
+def local_time(at: datetime, zone: str) -> str:
+    """A schedule's run time in the zone its ``daily HH:MM`` is read in (``[reports]
+    timezone``), named: ``2026-12-01 09:30 Europe/Paris``."""
+    return f"{at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M} {zone}"
 
 
 def refusal_text(refusal: Refusal) -> str:
