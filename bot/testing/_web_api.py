@@ -13,10 +13,10 @@ with ``set_usergroup``; any other group is ``no_such_subteam``), and posts to
 It can be told to fail: 429 with ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``,
 or 500, for the next N calls or a seeded share of calls per method (``stand_in.faults``).
 
-It does not do: OAuth, scopes, channel membership, users, Block Kit validation, message length
-limits, or the per-method rate limits themselves (inject them with ``faults``). A token is good
-when it is the bot token (``xoxb-``) or, for ``apps.connections.open`` only, the app token
-(``xapp-``) it was built with.
+It does not do: OAuth, scopes, channel membership, users (beyond user groups' members), Block Kit
+validation, message length limits, or the per-method rate limits themselves (inject them with
+``faults``). A token is good when it is the bot token (``xoxb-``) or, for
+``apps.connections.open`` only, the app token (``xapp-``) it was built with.
 
 Usage::
 
