@@ -36,6 +36,7 @@ from bot._agent_fields import (
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
 from bot.planner import Verdict
+from bot.prometheus import ServerMetrics
 from bot.vocab import (
     FINAL_OPERATION_STATES,
     EventPhase,
@@ -385,6 +386,9 @@ class AgentStatus:
     fingerprint: str
     problems: tuple[str, ...]
     raw: Json = field(repr=False, compare=False)
+    # The server's /metrics as figures; None from an agent that does not send them (older
+    # than the field) or a server that serves none.
+    metrics: ServerMetrics | None = None
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -431,4 +435,31 @@ class AgentStatus:
             fingerprint=str(status.get("fingerprint") or ""),
             problems=texts(status, "problems", where),
             raw=dict(status),
+            metrics=_metrics(status.get("metrics"), f"{where}'s metrics"),
         )
+
+
+def _metrics(body: object, where: str) -> ServerMetrics | None:
+    """``{"token_usage": 0.42, "running_requests": 3, "queued_requests": 0, "cache_hit_rate":
+    0.31, "host_total_tokens": null}``; fractions must lie in 0..1, counts be whole."""
+    if body is None:
+        return None
+    figures = mapping(body, where)
+    fractions = {key: number(figures, key, where) for key in ("token_usage", "cache_hit_rate")}
+    for key, value in fractions.items():
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise AgentError(f"{where}'s {key!r} is {value!r}, not a fraction between 0 and 1")
+    counts = {
+        key: whole(figures, key, where)
+        for key in ("running_requests", "queued_requests", "host_total_tokens")
+    }
+    for key, count in counts.items():
+        if count is not None and count < 0:
+            raise AgentError(f"{where}'s {key!r} is {count!r}, not a count")
+    return ServerMetrics(
+        token_usage=fractions["token_usage"],
+        running_requests=counts["running_requests"],
+        queued_requests=counts["queued_requests"],
+        cache_hit_rate=fractions["cache_hit_rate"],
+        host_total_tokens=counts["host_total_tokens"],
+    )

@@ -31,7 +31,7 @@ from bot.agent.tokens import TokenSet
 from bot.clock import Clock, SystemClock
 from bot.errors import ConfigError
 from bot.planner import ChangeRequest, Plan
-from bot.vocab import OperationKind
+from bot.vocab import OperationKind, ServerState
 
 __all__ = ["AgentService", "build_service", "make_control", "make_probe"]
 
@@ -92,7 +92,11 @@ class AgentService:
     def status(self) -> dict[str, Any]:
         """The ``/v1/status`` body, with the running operation if there is one."""
         current = self.manager.current()
-        return status_body(self.facts.snapshot(), None if current is None else current.to_dict())
+        snap = self.facts.snapshot()
+        # Only a server that answers /health 200 serves /metrics; do not wait on one starting.
+        up = snap.server.state is ServerState.RUNNING and snap.server.health_code == 200
+        metrics = self.sglang.server_metrics() if up else None
+        return status_body(snap, None if current is None else current.to_dict(), metrics)
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
         return self.facts.plan(request)

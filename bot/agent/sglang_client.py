@@ -17,6 +17,8 @@ phases), never with an exception:
       sglang:token_usage{model_name="kimi"} 0.42   ->   {"sglang:token_usage": 0.42}
 
   Series of one metric with different labels are summed under the bare name.
+- ``server_metrics()``: the same text as the figures ``/v1/status`` carries
+  (:func:`bot.prometheus.server_metrics`: fractions averaged over DP ranks, counts summed).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bot.prometheus import prometheus_sums
+from bot.prometheus import ServerMetrics, prometheus_samples, prometheus_sums, server_metrics
 
 __all__ = ["SGLangClient", "parse_prometheus"]
 
@@ -89,6 +91,14 @@ class SGLangClient:
         if response is None or response.status_code != 200:
             return None
         return parse_prometheus(response.text)
+
+    def server_metrics(self) -> ServerMetrics | None:
+        """Token usage, running and queued requests, cache hit rate from ``/metrics``; None when
+        the server does not serve them (no ``--enable-metrics``) or exports none of them."""
+        response = self._get("/metrics")
+        if response is None or response.status_code != 200:
+            return None
+        return server_metrics(prometheus_samples(response.text))
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

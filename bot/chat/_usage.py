@@ -7,7 +7,7 @@ example shown here.
 
 from __future__ import annotations
 
-__all__ = ["EXAMPLES", "HELP_LINES", "USAGE", "VERBS"]
+__all__ = ["EXAMPLES", "HELP_LINES", "USAGE", "VERBS", "help_lines"]
 
 #: The verbs, in the order help lists them.
 VERBS: tuple[str, ...] = (
@@ -40,7 +40,7 @@ USAGE: dict[str, str] = {
     "report schedules",
 }
 
-#: (example, what it does), as help shows them.
+#: (example, what it does), as help shows them; ``{zone}`` is where ``report daily`` is read.
 EXAMPLES: tuple[tuple[str, str], ...] = (
     ("status", "config, health, KV capacity, host RAM and GPUs of the default host"),
     ("resize ratio 4", "propose host pool = 4 x device pool; shows the RAM it needs"),
@@ -54,12 +54,19 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("hosts", "the agents known and whether each answers"),
     ("report", "the capacity report now"),
     ("report every 6h", "a capacity report here every 6 hours"),
-    ("report daily 09:30", "a capacity report here every day at 09:30 UTC"),
+    ("report daily 09:30", "a capacity report here every day at 09:30 {zone}"),
     ("report off", "stop this channel's scheduled reports"),
     ("report schedules", "the scheduled reports"),
 )
 
-HELP_LINES: tuple[str, ...] = (
-    "Commands (a host name may end any command that takes [host]; without one, the default):",
-    *(f"  {example:<24} {what}" for example, what in EXAMPLES),
-)
+
+def help_lines(zone: str = "UTC") -> tuple[str, ...]:
+    """The help text, ``report daily`` described in ``zone`` (``[reports] timezone``)."""
+    return (
+        "Commands (a host name may end any command that takes [host]; without one, the default):",
+        *(f"  {example:<24} {what.format(zone=zone)}" for example, what in EXAMPLES),
+    )
+
+
+#: The help text where reports are read in UTC (the default ``[reports] timezone``).
+HELP_LINES: tuple[str, ...] = help_lines()

@@ -357,7 +357,10 @@ def _interval(words: _Words, value: str) -> int:
 def _daily(words: _Words, value: str) -> ReportDaily:
     match = _CLOCK.fullmatch(value)
     if match is None:
-        raise words.fail(f"time {_shown(value)} is not HH:MM (24-hour, UTC), e.g. 09:30", "report")
+        raise words.fail(
+            f"time {_shown(value)} is not HH:MM (24-hour, in [reports] timezone), e.g. 09:30",
+            "report",
+        )
     hour, minute = int(match.group(1)), int(match.group(2))
     if hour > 23 or minute > 59:
         raise words.fail(f"time {_shown(value)} is not a time of day (00:00 to 23:59)", "report")

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from bot.chat._usage import HELP_LINES
+from bot.chat._usage import help_lines
 from bot.chat.agent_client import AgentClient
 from bot.chat.agent_views import AgentOperation, AgentStatus, PlannedChange
 from bot.chat.audit import Audit, Watch
@@ -111,7 +111,8 @@ class Context:
 
 
 def help_(ctx: Context, actor: Actor, command: Help) -> Reply:
-    return HelpReply(HELP_LINES)
+    # report daily HH:MM is read in [reports] timezone, so help says which zone that is.
+    return HelpReply(help_lines("UTC" if ctx.reporter is None else ctx.reporter.timezone))
 
 
 def _ask_all(ctx: Context, names: tuple[str, ...]) -> tuple[HostAnswer, ...]:

@@ -67,10 +67,12 @@ class ProposalState(StrEnum):
 
 @dataclass(frozen=True)
 class Actor:
-    """A person as the front end knows them: their id and the groups they are in."""
+    """A person as the front end knows them: their id, the groups they are in, and the groups
+    whose members the front end could not read (membership unknown: never granted)."""
 
     id: str
     groups: frozenset[str] = frozenset()
+    unreadable_groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class Refusal:
     actor: str
     host: str | None = None
     proposal_id: int | None = None
-    detail: str = ""  # the planner's sentence, or the rule that applied
+    detail: str = ""  # the planner's sentence, the rule that applied, or the unreadable groups
     by: str | None = None  # who holds, applied or cancelled it
     at: datetime | None = None  # when it expired, was settled, or the other operation started
 
@@ -122,15 +124,25 @@ class Policy:
         return actor.id in self.settings.appliers or bool(actor.groups & self.settings.usergroups)
 
     def may(self, actor: Actor, action: Action, host: str | None = None) -> Refusal | None:
-        """Whether ``actor`` may take ``action`` at all (apply, restart, rollback, schedule)."""
+        """Whether ``actor`` may take ``action`` at all (apply, restart, rollback, schedule); a
+        refusal names the configured groups that could not be read, if any."""
         if action in _GUARDED and not self.is_applier(actor):
-            return Refusal(RefusalKind.UNAUTHORIZED, action, actor.id, host=host)
+            return Refusal(
+                RefusalKind.UNAUTHORIZED, action, actor.id, host=host, detail=self._unread(actor)
+            )
         return None
+
+    def _unread(self, actor: Actor) -> str:
+        unread = sorted(actor.unreadable_groups & self.settings.usergroups)
+        if not unread:
+            return ""
+        return f"the members of user group {', '.join(unread)} could not be read; try again"
 
     def check_cancel(self, actor: Actor, proposal: ProposalTerms) -> Refusal | None:
         """Its proposer or an applier may withdraw an open proposal."""
         if actor.id != proposal.proposed_by and not self.is_applier(actor):
-            return self._refuse(RefusalKind.UNAUTHORIZED, Action.CANCEL, actor, proposal)
+            detail = self._unread(actor)
+            return self._refuse(RefusalKind.UNAUTHORIZED, Action.CANCEL, actor, proposal, detail)
         return self._settled(Action.CANCEL, actor, proposal)
 
     def check_apply(
@@ -144,7 +156,9 @@ class Policy:
         newest operation on the proposal's host started (None: none known)."""
         refusal = self.may(actor, Action.APPLY, proposal.host)
         if refusal is not None:
-            return self._refuse(RefusalKind.UNAUTHORIZED, Action.APPLY, actor, proposal)
+            return self._refuse(
+                RefusalKind.UNAUTHORIZED, Action.APPLY, actor, proposal, detail=refusal.detail
+            )
         settled = self._settled(Action.APPLY, actor, proposal)
         if settled is not None:
             return settled

@@ -7,6 +7,7 @@ terminal and the demo tell a person the same thing.
 from __future__ import annotations
 
 from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import ProgressView
@@ -21,6 +22,7 @@ __all__ = [
     "figure",
     "hhmm",
     "load_text",
+    "local_time",
     "refusal_text",
     "uptime_text",
 ]
@@ -87,6 +89,12 @@ def hhmm(at: datetime | None) -> str:
     return "an unknown time" if at is None else f"{at:%H:%M} UTC"
 
 
+def local_time(at: datetime, zone: str) -> str:
+    """A schedule's run time in the zone its ``daily HH:MM`` is read in (``[reports]
+    timezone``), named: ``2026-12-01 09:30 Europe/Paris``."""
+    return f"{at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M} {zone}"
+
+
 def refusal_text(refusal: Refusal) -> str:
     """One sentence: what was refused, why, and what to do instead."""
     pid = f"proposal #{refusal.proposal_id}"
@@ -97,7 +105,8 @@ def refusal_text(refusal: Refusal) -> str:
             if refusal.action is Action.CANCEL
             else "only the people in [policy] appliers (or its usergroups) may"
         )
-        return f"{refusal.actor} may not {_VERB[refusal.action]}: {who}"
+        unread = f" ({refusal.detail})" if refusal.detail else ""
+        return f"{refusal.actor} may not {_VERB[refusal.action]}: {who}{unread}"
     if kind is RefusalKind.SECOND_PERSON:
         return f"{pid} was proposed by {refusal.actor}; the policy asks a second person to apply it"
     if kind is RefusalKind.EXPIRED:

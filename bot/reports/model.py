@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.hicache import HiCacheSetting
+from bot.prometheus import ServerMetrics
 from bot.store.records import CapacitySample
 
 __all__ = [
@@ -23,17 +24,6 @@ __all__ = [
 ]
 
 GB = 1e9
-
-
-@dataclass(frozen=True)
-class ServerMetrics:
-    """What SGLang's ``/metrics`` says; a figure it did not export is None."""
-
-    token_usage: float | None = None
-    running_requests: int | None = None
-    queued_requests: int | None = None
-    cache_hit_rate: float | None = None
-    host_total_tokens: int | None = None
 
 
 @dataclass(frozen=True)

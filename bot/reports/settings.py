@@ -7,6 +7,7 @@ Every key has a default (documented in ``deploy/kimi-ops.example.toml``), so a c
     sample_every_minutes = 5       # the sampling job's period
     timezone = "Europe/Paris"      # what 'report daily 09:00' means
     misfire_grace_minutes = 1440   # a report missed while the bot was down still runs (once)
+    keep_days = 30                 # the sampling job deletes samples older than this
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ class ReportSettings:
     misfire_grace_minutes: int = 1440
     heartbeat_seconds: int = 30
     lock_stale_seconds: int = 120
+    #: Samples older than this many days are deleted by the sampling job.
+    keep_days: int = 30
     rules: RecommendRules = field(default_factory=RecommendRules)
-    #: host name -> the SGLang server's own ``/metrics`` URL, read by the bot when the agent's
-    #: status does not carry the Prometheus figures.
+    #: host name -> the SGLang server's own ``/metrics`` URL, read by the bot instead of the
+    #: figures the agent's status carries (an override; the agent's are used if it fails).
     metrics_urls: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -71,6 +74,7 @@ _KEYS = (
     "misfire_grace_minutes",
     "heartbeat_seconds",
     "lock_stale_seconds",
+    "keep_days",
     "high_usage",
     "min_queue",
     "sustained_minutes",
@@ -120,6 +124,13 @@ def load_report_settings(config: Mapping[str, Any]) -> ReportSettings:
             f"[reports] lock_stale_seconds ({stale}) must exceed twice heartbeat_seconds "
             f"({heartbeat}), or a live scheduler could lose its lock to a second one"
         )
+    window = section.integer("window_hours", 24, minimum=1)
+    keep_days = section.integer("keep_days", 30, minimum=1)
+    if keep_days * 24 < window:
+        raise ConfigError(
+            f"[reports] keep_days ({keep_days}) keeps less than the chart's window_hours "
+            f"({window}); keep at least {-(-window // 24)} days"
+        )
     low = _fraction(section, "low_usage", 0.30)
     high = _fraction(section, "high_usage", 0.90)
     if low >= high:
@@ -137,10 +148,11 @@ def load_report_settings(config: Mapping[str, Any]) -> ReportSettings:
     return ReportSettings(
         sample_every_minutes=section.integer("sample_every_minutes", 5, minimum=1),
         timezone=timezone,
-        window_hours=section.integer("window_hours", 24, minimum=1),
+        window_hours=window,
         misfire_grace_minutes=section.integer("misfire_grace_minutes", 1440, minimum=1),
         heartbeat_seconds=heartbeat,
         lock_stale_seconds=stale,
+        keep_days=keep_days,
         rules=rules,
         metrics_urls=_urls(raw.get("metrics_urls") if isinstance(raw, Mapping) else None),
     )

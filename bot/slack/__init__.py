@@ -16,19 +16,23 @@ from bot.slack._blocks import SlackMessage
 from bot.slack.app import build_app, web_client
 from bot.slack.config import SlackSettings, SlackTokens, load_slack_settings, read_tokens
 from bot.slack.dispatch import Dispatch
+from bot.slack.expiry import ProposalSweep
 from bot.slack.front import Origin, SlackFrontEnd
 from bot.slack.http import HttpServer, asgi_app, bind
 from bot.slack.service import SlackBot, build_bot
+from bot.slack.usergroups import UserGroups
 
 __all__ = [
     "Dispatch",
     "HttpServer",
     "Origin",
+    "ProposalSweep",
     "SlackBot",
     "SlackFrontEnd",
     "SlackMessage",
     "SlackSettings",
     "SlackTokens",
+    "UserGroups",
     "asgi_app",
     "bind",
     "build_app",

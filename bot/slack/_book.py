@@ -9,11 +9,12 @@ memory, so a restarted bot edits the same message (same channel and ts) to the e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from bot.errors import NotFound
 from bot.store import Store
 
-__all__ = ["MessageBook", "Place"]
+__all__ = ["Due", "MessageBook", "Place"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,14 @@ class Place:
     record: int
     channel: str | None
     ts: str | None
+
+
+@dataclass(frozen=True)
+class Due:
+    """An open proposal whose time is up: its id and when it expired."""
+
+    proposal_id: int
+    expires_at: datetime
 
 
 class MessageBook:
@@ -40,6 +49,10 @@ class MessageBook:
 
     def attach_proposal(self, proposal_id: int, ts: str) -> None:
         self._store.attach_proposal_message(proposal_id, ts)
+
+    def expired_proposals(self, now: datetime) -> list[Due]:
+        """Open proposals (nobody applied or cancelled them) whose time ran out by ``now``."""
+        return [Due(r.id, r.expires_at) for r in self._store.expired_open_proposals(now)]
 
     def operation(self, host: str, operation_id: int) -> Place | None:
         record = self._store.operation_by_agent_id(host, operation_id)

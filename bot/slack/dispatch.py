@@ -10,7 +10,7 @@ the executor's threads and the core's watchers, never in a listener thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -28,12 +28,21 @@ _VERB = {APPLY_ACTION: "apply", CANCEL_ACTION: "cancel"}
 
 
 class Dispatch:
-    """Queues commands and clicks for ``core``; replies go through ``front``."""
+    """Queues commands and clicks for ``core``; replies go through ``front``; ``actors`` makes
+    the person behind a user id (with their user groups: :class:`~bot.slack.usergroups.UserGroups`),
+    called in the executor's threads since it may ask Slack."""
 
-    def __init__(self, core: ChatCore, front: SlackFrontEnd, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        core: ChatCore,
+        front: SlackFrontEnd,
+        executor: ThreadPoolExecutor,
+        actors: Callable[[str], Actor] = Actor,
+    ) -> None:
         self._core = core
         self._front = front
         self._executor = executor
+        self._actors = actors
 
     def command(self, payload: Mapping[str, Any]) -> Future[Reply] | None:
         """A ``/kimi`` slash command (its form fields); None when it names no user or channel."""
@@ -71,7 +80,7 @@ class Dispatch:
         try:
             return self._core.handle(
                 text,
-                Actor(origin.user),
+                self._actors(origin.user),
                 channel=self._front.channel_for(origin),
                 reply_to=self._front.answer(origin),
             )

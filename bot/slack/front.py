@@ -9,6 +9,8 @@
 - A capacity report (asked for, or posted by a schedule through :meth:`SlackFrontEnd.post`) is
   one message in the channel; each host's chart is uploaded in its thread (``files_upload_v2``)
   and each recommendation posted as an ordinary proposal with Apply/Cancel.
+- A proposal whose time is up is closed by the bot's sweep (:mod:`bot.slack.expiry`) through
+  :meth:`SlackFrontEnd.close_expired`.
 - A Slack error never stops a watcher: it is logged, and the next view replaces a lost edit;
   a final edit is tried again until it lands (``FINAL_ATTEMPTS``).
 
@@ -226,13 +228,10 @@ class SlackFrontEnd:
             else:
                 self._close(posted.reply.id, messages.void_line(posted.reply.host, started))
 
-    def expire(self, now: datetime) -> int:
-        """Close every open proposal of this process whose time is up; how many were closed."""
-        with self._lock:
-            due = [p for p in self._proposals.values() if p.reply.expires_at <= now]
-        for posted in due:
-            self._close(posted.reply.id, messages.expired_line(posted.reply.expires_at))
-        return len(due)
+    def close_expired(self, proposal_id: int, expires_at: datetime) -> None:
+        """Replace an expired proposal's buttons with the line saying so (a message this process
+        did not post too: its place is in the store); raises what the Web API raises."""
+        self._close(proposal_id, messages.expired_line(expires_at))
 
     def _close_refused(self, reply: RefusalReply) -> None:
         refusal = reply.refusal

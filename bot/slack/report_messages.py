@@ -25,7 +25,7 @@ from bot.chat.replies import (
 )
 from bot.chat.wording import count as _count
 from bot.chat.wording import figure as _num
-from bot.chat.wording import hhmm, load_text, uptime_text
+from bot.chat.wording import hhmm, load_text, local_time, uptime_text
 from bot.reports import HostReport
 from bot.slack._blocks import Block, SlackMessage, context, fields, message, section
 
@@ -131,7 +131,7 @@ def report_scheduled(reply: ReportScheduledReply) -> SlackMessage:
     s = reply.schedule
     line = (
         f"Capacity reports {reply.cadence} ({reply.timezone}) to <#{s.channel}>, schedule "
-        f"#{s.id}; the first at {s.next_run_at:%Y-%m-%d %H:%M} UTC"
+        f"#{s.id}; the first at {local_time(s.next_run_at, reply.timezone)}"
     )
     return message(line.replace(f"<#{s.channel}>", s.channel), [section(f":calendar: {line}")])
 
@@ -152,7 +152,7 @@ def report_schedules(reply: ReportSchedulesReply) -> SlackMessage:
     rows = [
         f"#{s.id} *{cadence}* ({reply.timezone}) to <#{s.channel}>"
         + (f" for {s.host}" if s.host else "")
-        + f", by {_who(s.created_by)}; next {s.next_run_at:%Y-%m-%d %H:%M} UTC"
+        + f", by {_who(s.created_by)}; next {local_time(s.next_run_at, reply.timezone)}"
         for s, cadence in zip(reply.schedules, reply.cadences, strict=True)
     ]
     text = f"{len(rows)} capacity report schedule(s)"

@@ -17,6 +17,7 @@ from slack_bolt import App
 from bot.chat.agent_client import revisions_source
 from bot.chat.config import ChatSettings
 from bot.chat.core import ChatCore, build_core
+from bot.chat.policy import Actor
 from bot.chat.store_audit import StoreAudit
 from bot.clock import Clock, SystemClock
 from bot.reports import ReportSettings
@@ -25,7 +26,9 @@ from bot.slack._book import MessageBook
 from bot.slack.app import build_app, web_client
 from bot.slack.config import SlackSettings, SlackTokens
 from bot.slack.dispatch import Dispatch
+from bot.slack.expiry import ProposalSweep
 from bot.slack.front import SlackFrontEnd
+from bot.slack.usergroups import DEFAULT_GROUPS_TTL_S, UserGroups
 from bot.store import Store
 
 __all__ = ["DEFAULT_SWEEP_S", "DEFAULT_WORKERS", "SlackBot", "build_bot"]
@@ -55,6 +58,7 @@ class SlackBot:
     reports: ReportSettings | None = None
     desk: ReportDesk | None = None
     scheduler: ReportScheduler | None = None
+    sweep: ProposalSweep | None = None  # closes and records expired proposals every sweep_s
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
@@ -73,9 +77,11 @@ class SlackBot:
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.sweep_s):
+            if self.sweep is None:
+                return
             try:
-                self.front.expire(self.clock.now())
-            except Exception:  # a Slack or store error must not end the sweeps
+                self.sweep.run()
+            except Exception:  # a store error must not end the sweeps
                 log.exception("closing expired proposals failed")
 
     def close(self) -> None:
@@ -101,13 +107,16 @@ def build_bot(
     sweep_s: float = DEFAULT_SWEEP_S,
     reports: ReportSettings | None = None,
     metrics_transport: httpx.BaseTransport | None = None,
+    groups_ttl_s: float = DEFAULT_GROUPS_TTL_S,
 ) -> SlackBot:
     """The bot over ``store``; ``tokens.signing_secret`` set means HTTP mode; ``reports`` set
     means the ``report`` commands answer (else they say reports are not set up here)."""
     client = web_client(tokens.bot, slack.api_url)
-    front = SlackFrontEnd(client, MessageBook(store), slack.channel)
+    book = MessageBook(store)
+    front = SlackFrontEnd(client, book, slack.channel)
     audit = StoreAudit(store, revisions_source(chat, environ, transports))
     the_clock = clock or SystemClock()
+    sweep = ProposalSweep(audit, book, front, the_clock)
     core = build_core(
         chat,
         audit,
@@ -120,7 +129,11 @@ def build_bot(
         retry_s=retry_s,
     )
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
-    dispatch = Dispatch(core, front, executor)
+    groups = chat.policy.usergroups
+    actors = UserGroups(client, groups, groups_ttl_s).actor if groups else Actor
+    dispatch = Dispatch(core, front, executor, actors)
     app = build_app(client, dispatch, tokens.signing_secret)
     desk = None if reports is None else attach_reports(core, store, reports, metrics_transport)
-    return SlackBot(app, core, front, dispatch, executor, the_clock, sweep_s, store, reports, desk)
+    return SlackBot(
+        app, core, front, dispatch, executor, the_clock, sweep_s, store, reports, desk, sweep=sweep
+    )

@@ -24,8 +24,9 @@ __all__ = [
 
 #: The one slash command.
 SLASH_COMMAND = "/kimi"
-#: Bot scopes: the command, posting and editing messages, uploading a report's chart.
-BOT_SCOPES = frozenset({"commands", "chat:write", "files:write"})
+#: Bot scopes: the command, posting and editing messages, uploading a report's chart, reading
+#: the members of ``[policy] usergroups``.
+BOT_SCOPES = frozenset({"commands", "chat:write", "files:write", "usergroups:read"})
 #: Bolt's path for commands and interactivity alike (HTTP mode).
 REQUEST_PATH = "/slack/events"
 

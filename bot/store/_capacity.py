@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from bot.errors import InputError, NotFound
@@ -66,6 +66,15 @@ class CapacityMixin(StoreBase):
         query = query.order_by(CapacitySampleRow.at, CapacitySampleRow.id)
         with self._read("read capacity samples") as session:
             return [sample_record(row) for row in session.scalars(query)]
+
+    def delete_capacity_samples(self, before: datetime) -> int:
+        """Delete every host's samples taken before ``before``; how many were deleted."""
+        cut = v.instant("before", before)
+        with self._write("delete old capacity samples") as session:
+            old = CapacitySampleRow.at < cut
+            count = session.scalar(select(func.count()).select_from(CapacitySampleRow).where(old))
+            session.execute(delete(CapacitySampleRow).where(old))
+            return int(count or 0)
 
     def add_schedule(
         self,

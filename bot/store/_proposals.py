@@ -7,6 +7,8 @@ once the message is posted.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -14,8 +16,8 @@ from bot.errors import NotFound
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record
-from bot.store._models import CHANNEL, TS, ProposalRow
-from bot.store.records import ProposalRecord
+from bot.store._models import CHANNEL, TS, ProposalRow, RevisionRow
+from bot.store.records import ProposalRecord, RevisionOutcome
 
 __all__ = ["ProposalsMixin"]
 
@@ -52,6 +54,21 @@ class ProposalsMixin(StoreBase):
                 .limit(1)
             ).one_or_none()
             return None if row is None else proposal_record(row)
+
+    def expired_open_proposals(self, now: datetime) -> list[ProposalRecord]:
+        """Proposals nobody applied or cancelled whose time ran out at or before ``now``, oldest
+        first: what a sweep records expired and closes without waiting for a click."""
+        query = (
+            select(ProposalRow)
+            .join(RevisionRow, RevisionRow.id == ProposalRow.revision_id)
+            .where(
+                RevisionRow.outcome == RevisionOutcome.PROPOSED.value,
+                ProposalRow.expires_at <= v.instant("now", now),
+            )
+            .order_by(ProposalRow.expires_at, ProposalRow.id)
+        )
+        with self._read("read expired proposals") as session:
+            return [proposal_record(row) for row in session.scalars(query)]
 
 
 def _get_proposal(session: Session, proposal_id: object) -> ProposalRow:

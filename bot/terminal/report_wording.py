@@ -20,7 +20,7 @@ from bot.chat.replies import (
     ReportSchedulesReply,
     ReportStoppedReply,
 )
-from bot.chat.wording import hhmm, load_text, uptime_text
+from bot.chat.wording import hhmm, load_text, local_time, uptime_text
 from bot.reports import HostReport
 
 __all__ = ["report_reply_lines"]
@@ -81,7 +81,7 @@ def report_reply_lines(reply: ReportReplies) -> list[str]:
         s = reply.schedule
         return [
             f"capacity reports {reply.cadence} ({reply.timezone}) to {s.channel}, schedule "
-            f"#{s.id}; the first at {s.next_run_at:%Y-%m-%d %H:%M} UTC"
+            f"#{s.id}; the first at {local_time(s.next_run_at, reply.timezone)}"
         ]
     if isinstance(reply, ReportStoppedReply):
         if not reply.stopped:
@@ -91,6 +91,6 @@ def report_reply_lines(reply: ReportReplies) -> list[str]:
         return ["no capacity reports are scheduled"]
     return [
         f"#{s.id} {cadence} ({reply.timezone}) to {s.channel}, by {s.created_by}; next "
-        f"{s.next_run_at:%Y-%m-%d %H:%M} UTC"
+        f"{local_time(s.next_run_at, reply.timezone)}"
         for s, cadence in zip(reply.schedules, reply.cadences, strict=True)
     ]

@@ -53,7 +53,8 @@ def _blocks(value: Any) -> list[Any] | None:
 
 
 class WebApiMethods:
-    """Answers ``auth.test``, ``chat.*``, ``apps.connections.open`` and ``files.*`` uploads."""
+    """Answers ``auth.test``, ``chat.*``, ``apps.connections.open``, ``files.*`` uploads and
+    ``usergroups.users.list``."""
 
     def __init__(self, channels: ChannelStore, origin: Callable[[], str]) -> None:
         self.channels = channels
@@ -63,6 +64,7 @@ class WebApiMethods:
         self._ephemeral_ids = itertools.count(1)
         self.uploads: dict[str, Upload] = {}
         self.socket_mode_url: Callable[[], str] | None = None
+        self._usergroups: dict[str, tuple[str, ...]] = {}
         self._handlers: dict[str, Callable[[dict[str, Any]], Answer]] = {
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
@@ -71,6 +73,7 @@ class WebApiMethods:
             "apps.connections.open": self._connections_open,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
+            "usergroups.users.list": self._usergroup_users,
         }
 
     def knows(self, method: str) -> bool:
@@ -146,6 +149,20 @@ class WebApiMethods:
         with self._lock:
             n = next(self._ephemeral_ids)
         return {"ok": True, "message_ts": f"1767900000.{n:06d}"}
+
+    def set_usergroup(self, group: str, users: tuple[str, ...]) -> None:
+        with self._lock:
+            self._usergroups[group] = users
+
+    def _usergroup_users(self, fields: dict[str, Any]) -> Answer:
+        group = fields.get("usergroup")
+        if not group:
+            return _error("invalid_arguments")
+        with self._lock:
+            users = self._usergroups.get(group)
+        if users is None:
+            return _error("no_such_subteam")
+        return {"ok": True, "users": list(users)}
 
     def _connections_open(self, fields: dict[str, Any]) -> Answer:
         if self.socket_mode_url is None:

@@ -6,15 +6,17 @@ headers, bearer token, arrival time), keeps the current text and blocks of every
 sent, and answers ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``,
 ``apps.connections.open`` (with the attached Socket Mode stand-in's ``ws://`` URL), the
 ``files_upload_v2`` sequence (``files.getUploadURLExternal``, the upload POST to a URL on
-itself, ``files.completeUploadExternal``), and posts to ``response_url``\\ s it hands out.
+itself, ``files.completeUploadExternal``), ``usergroups.users.list`` (members set by the test
+with ``set_usergroup``; any other group is ``no_such_subteam``), and posts to
+``response_url``\\ s it hands out.
 
 It can be told to fail: 429 with ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``,
 or 500, for the next N calls or a seeded share of calls per method (``stand_in.faults``).
 
-It does not do: OAuth, scopes, channel membership, users, Block Kit validation, message length
-limits, or the per-method rate limits themselves (inject them with ``faults``). A token is good
-when it is the bot token (``xoxb-``) or, for ``apps.connections.open`` only, the app token
-(``xapp-``) it was built with.
+It does not do: OAuth, scopes, channel membership, users (beyond user groups' members), Block Kit
+validation, message length limits, or the per-method rate limits themselves (inject them with
+``faults``). A token is good when it is the bot token (``xoxb-``) or, for
+``apps.connections.open`` only, the app token (``xapp-``) it was built with.
 
 Usage::
 
@@ -145,6 +147,13 @@ class SlackApiStandIn(BackgroundServer):
     def upload(self, file_id: str) -> Upload | None:
         """A file from ``files_upload_v2`` with its bytes, title, channel and thread."""
         return self._methods.uploads.get(file_id)
+
+    # -- the workspace --------------------------------------------------------------------
+
+    def set_usergroup(self, group: str, users: tuple[str, ...]) -> None:
+        """Make ``group`` (an id such as ``S0ONCALL``) exist with ``users`` as its members, as
+        ``usergroups.users.list`` answers from now on."""
+        self._methods.set_usergroup(group, tuple(users))
 
     # -- response_url ---------------------------------------------------------------------
 

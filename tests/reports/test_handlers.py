@@ -12,6 +12,7 @@ from bot.chat.core import ChatCore
 from bot.chat.handlers import REPORTS_PROPOSER
 from bot.chat.policy import Actor
 from bot.chat.replies import (
+    HelpReply,
     ProblemReply,
     RefusalReply,
     ReportReply,
@@ -102,6 +103,23 @@ def test_without_a_reporter_the_commands_say_so(store: Store) -> None:
     with core_for({"kimi-01": _dead()}, store, SetClock(), reporter=False) as core:
         replies = [core.handle(text, ANA) for text in ("report", "report every 6h", "report off")]
     assert all(isinstance(r, ProblemReply) for r in replies)
+
+
+def test_help_says_the_zone_report_daily_is_read_in(store: Store) -> None:
+    """With [reports] timezone Europe/Paris, help describes 'report daily 09:30' at 09:30
+    Europe/Paris; without reports set up, at 09:30 UTC; neither line says the other zone."""
+    hosts = {"kimi-01": _dead()}
+    with running_core(chat_settings(hosts), store, RecordingFrontEnd(), clock=SetClock()) as core:
+        attach_reports(core, store, ReportSettings(timezone="Europe/Paris"))
+        paris = core.handle("help", ANA)
+    with core_for(hosts, store, SetClock(), reporter=False) as core:
+        plain = core.handle("help", ANA)
+    assert isinstance(paris, HelpReply)
+    assert isinstance(plain, HelpReply)
+    (daily,) = [line for line in paris.lines if "report daily 09:30" in line]
+    assert daily.endswith("every day at 09:30 Europe/Paris")
+    (utc,) = [line for line in plain.lines if "report daily 09:30" in line]
+    assert utc.endswith("every day at 09:30 UTC")
 
 
 def test_an_agent_that_does_not_answer_is_listed_as_unreachable(store: Store) -> None:

@@ -104,6 +104,7 @@ def _build(
     clock: Clock | None,
     http: bool,
     reports: ReportSettings | None = None,
+    **options: Any,
 ) -> SlackBot:
     tokens = SlackTokens(
         bot=Secret(slack.bot_token),
@@ -120,6 +121,7 @@ def _build(
         poll_wait_s=5.0,
         retry_s=0.2,
         reports=reports,
+        **options,
     )
 
 
@@ -130,10 +132,12 @@ def http_bot(
     store: Store,
     clock: Clock | None = None,
     reports: ReportSettings | None = None,
+    **options: Any,
 ) -> Iterator[RunningBot]:
     """The bot in HTTP mode, uvicorn on a free port, resuming what the store holds; with
-    ``reports``, its report commands answer (no scheduler: a test starts one if it needs it)."""
-    bot = _build(slack, settings, store, clock, http=True, reports=reports)
+    ``reports``, its report commands answer (no scheduler: a test starts one if it needs it);
+    ``options`` go to :func:`~bot.slack.build_bot` (``sweep_s``, ``groups_ttl_s``)."""
+    bot = _build(slack, settings, store, clock, http=True, reports=reports, **options)
     server = HttpServer(bot.app, bind("127.0.0.1", 0)).start()
     bot.start()
     try:
@@ -145,10 +149,15 @@ def http_bot(
 
 @contextmanager
 def socket_bot(
-    slack: SlackApiStandIn, socket_mode: SocketModeStandIn, settings: ChatSettings, store: Store
+    slack: SlackApiStandIn,
+    socket_mode: SocketModeStandIn,
+    settings: ChatSettings,
+    store: Store,
+    reports: ReportSettings | None = None,
 ) -> Iterator[RunningBot]:
-    """The bot in Socket Mode, connected through the stand-in's apps.connections.open."""
-    bot = _build(slack, settings, store, None, http=False)
+    """The bot in Socket Mode, connected through the stand-in's apps.connections.open; with
+    ``reports``, its report commands answer (no scheduler)."""
+    bot = _build(slack, settings, store, None, http=False, reports=reports)
     handler = SocketModeHandler(bot.app, app_token=slack.app_token)
     handler.connect()  # type: ignore[no-untyped-call]
     socket_mode.wait_for_connection()

@@ -229,6 +229,12 @@ def _schedule(sid: int = 2) -> ReportSchedule:
     )
 
 
+def daily_in_paris() -> ReportSchedule:
+    """``report daily 09:30`` read in Europe/Paris: next at 08:30 UTC (CET is UTC+1 in winter)."""
+    next_run = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
+    return ReportSchedule(4, "C0OPS", None, "daily 09:30", next_run, "U0BEN", T0, True)
+
+
 #: Every message kind: its golden file's name and how it is made.
 SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
     "proposal_fits": lambda: messages.proposal(proposal_reply()),
@@ -278,7 +284,7 @@ SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
     "report": lambda: report_messages.report(report_reply()),
     "report_scheduled_run": lambda: report_messages.report(report_reply(scheduled=True)),
     "report_scheduled": lambda: report_messages.report_scheduled(
-        ReportScheduledReply(_schedule(), "every 6h", "UTC")
+        ReportScheduledReply(daily_in_paris(), "daily 09:30", "Europe/Paris")
     ),
     "report_stopped": lambda: report_messages.report_stopped(
         ReportStoppedReply("C0OPS", (_schedule(),))

@@ -12,10 +12,13 @@ from bot.chat.agent_views import AgentOperation
 from bot.chat.audit import Watch
 from bot.chat.policy import Actor
 from bot.chat.replies import OperationReply, ProposalReply
+from bot.chat.store_audit import StoreAudit
 from bot.slack import Origin, SlackFrontEnd
 from bot.slack._book import MessageBook
-from bot.store import Store, record_agent_operation, record_agent_proposal
+from bot.slack.expiry import ProposalSweep
+from bot.store import RevisionOutcome, Store, record_agent_operation, record_agent_proposal
 from bot.testing import SlackApiStandIn
+from tests.reports._fixtures import SetClock
 from tests.slack._samples import PLAN, T0, proposal_reply
 
 CHANNEL = "C0OPS"
@@ -51,21 +54,57 @@ def _has_buttons(slack: SlackApiStandIn, ts: str) -> bool:
 def test_a_proposal_is_posted_recorded_and_closed_once_its_time_is_up(
     slack: SlackApiStandIn, store: Store
 ) -> None:
-    """The proposal's ts is kept in the store; before expiry nothing changes, after it the
-    buttons give way to a line saying it expired."""
+    """The proposal's ts is kept in the store; before expiry a sweep changes nothing, after it
+    the buttons give way to a line saying it expired and the store records it expired, once."""
     front = _front(slack, store)
     reply = _proposed(store, front, slack)
     ts = store.proposal(reply.id).message_ts
     assert ts is not None
     assert _has_buttons(slack, ts)
-    assert front.expire(T0 + timedelta(minutes=14)) == 0
+    clock = SetClock(T0 + timedelta(minutes=14))
+    audit = StoreAudit(store, lambda host: {"revisions": []})
+    sweep = ProposalSweep(audit, MessageBook(store), front, clock)
+    assert sweep.run() == 0
     assert _has_buttons(slack, ts)
-    assert front.expire(T0 + timedelta(minutes=15)) == 1
+    assert store.history("kimi-01", 1)[0].outcome is RevisionOutcome.PROPOSED
+    clock.current = T0 + timedelta(minutes=15)
+    assert sweep.run() == 1
     assert not _has_buttons(slack, ts)
     message = slack.message(CHANNEL, ts)
     assert message is not None
     assert f"Proposal #{reply.id} expired at 10:15 UTC" in message.text
-    assert front.expire(T0 + timedelta(hours=1)) == 0  # closed once
+    assert store.history("kimi-01", 1)[0].outcome is RevisionOutcome.EXPIRED
+    edits = message.edits
+    clock.current = T0 + timedelta(hours=1)
+    assert sweep.run() == 0  # closed once
+    assert (slack.message(CHANNEL, ts) or message).edits == edits
+
+
+def test_a_proposal_whose_message_cannot_be_edited_stays_open_for_the_next_sweep(
+    slack: SlackApiStandIn, store: Store
+) -> None:
+    """A chat.update answered 500 leaves the proposal open in the store; the next sweep closes
+    it and records it expired."""
+    front = _front(slack, store)
+    reply = _proposed(store, front, slack)
+    clock = SetClock(T0 + timedelta(minutes=20))
+    sweep = ProposalSweep(
+        StoreAudit(store, lambda host: {"revisions": []}), MessageBook(store), front, clock
+    )
+    slack.faults.fail_next("chat.update", 1, status=500)
+    assert sweep.run() == 0
+    assert store.history("kimi-01", 1)[0].outcome is RevisionOutcome.PROPOSED
+    assert sweep.run() == 1
+    assert store.history("kimi-01", 1)[0].outcome is RevisionOutcome.EXPIRED
+    closed = slack.message(CHANNEL, _ts(store, reply))
+    assert closed is not None
+    assert f"Proposal #{reply.id} expired" in closed.text
+
+
+def _ts(store: Store, reply: ProposalReply) -> str:
+    ts = store.proposal(reply.id).message_ts
+    assert ts is not None
+    return ts
 
 
 def test_an_operation_on_the_host_voids_the_other_open_proposals(

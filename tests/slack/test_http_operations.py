@@ -124,6 +124,36 @@ def test_an_expired_proposal_is_refused_and_its_buttons_replaced(
 
 
 @pytest.mark.slow
+def test_an_unclicked_proposal_is_closed_and_recorded_expired_by_the_sweep(
+    kimi_agent: RunningAgent, slack: SlackApiStandIn, store: Store
+) -> None:
+    """With nobody clicking and no report scheduler running, once the clock is 16 minutes on
+    (the TTL is 15) the bot's sweep replaces the buttons with the expired line and records the
+    proposal expired; nothing starts and nobody is sent anything."""
+    clock = ShiftedClock()
+    with http_bot(slack, settings_for(kimi_agent.url), store, clock=clock, sweep_s=0.1) as bot:
+        assert bot.bot.scheduler is None
+        posted = _propose(bot, slack)
+        before = _operations(kimi_agent)
+        assert _buttons(slack.message(CHANNEL, posted.ts) or posted) == 1
+        clock.shift = timedelta(minutes=16)
+        wait_until(
+            lambda: _buttons(slack.message(CHANNEL, posted.ts) or posted) == 0,
+            what="the sweep to close the proposal",
+        )
+        wait_until(
+            lambda: store.history("kimi-01", 1)[0].outcome is RevisionOutcome.EXPIRED,
+            what="the proposal recorded expired",
+        )
+        closed = slack.message(CHANNEL, posted.ts)
+        assert closed is not None
+        assert f"Proposal #{_id(posted)} expired at" in closed.text
+    assert _operations(kimi_agent) == before
+    assert slack.calls("chat.postEphemeral") == []
+    assert store.refusals() == []
+
+
+@pytest.mark.slow
 def test_a_third_of_chat_updates_rate_limited_loses_nothing(
     kimi_agent: RunningAgent, slack: SlackApiStandIn, store: Store
 ) -> None:

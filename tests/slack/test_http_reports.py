@@ -1,25 +1,29 @@
-"""Capacity reports through the real Slack app in HTTP mode: signed commands to the Bolt app on
-uvicorn, Web API calls to the stand-in, a real agent on the simulator, a real store."""
+"""Capacity reports through the real Slack app in HTTP mode (signed commands to the Bolt app on
+uvicorn) and, for the report itself, in Socket Mode too (envelopes from the Socket Mode
+stand-in); Web API calls to the stand-in, a real agent on the simulator, a real store."""
 
 from __future__ import annotations
 
 import io
 import re
+from contextlib import AbstractContextManager
 
 import matplotlib.image
 import pytest
 
 from bot.reports import CHART_PX, load_report_settings
 from bot.store import Store
-from bot.testing import SlackApiStandIn, SlackRequestSigner
+from bot.testing import SlackApiStandIn, SlackRequestSigner, SocketModeStandIn
 from tests.chat.conftest import RunningAgent
 from tests.slack._harness import (
     BEN,
     CHANNEL,
     EVE,
     SIGNING_SECRET,
+    RunningBot,
     http_bot,
     settings_for,
+    socket_bot,
     text_of,
     top_level,
     wait_ephemeral,
@@ -32,16 +36,33 @@ DEVICE_TOKENS = 159_274
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["http", "socket_mode"])
 def test_report_posts_the_report_and_uploads_its_chart_in_the_thread(
-    kimi_agent: RunningAgent, slack: SlackApiStandIn, store: Store
+    mode: str,
+    kimi_agent: RunningAgent,
+    slack: SlackApiStandIn,
+    store: Store,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """/kimi report posts one message naming the host, its setting and KV figures, and uploads
-    the host's chart in that message's thread: PNG bytes that decode at the chart's size, the
-    alt text set, thread_ts the report's ts."""
-    signer = SlackRequestSigner(SIGNING_SECRET)
+    """/kimi report (a signed request, or a Socket Mode envelope) posts one message naming the
+    host, its setting and KV figures, and uploads the host's chart in that message's thread:
+    PNG bytes that decode at the chart's size, the alt text set, thread_ts the report's ts."""
     reports = load_report_settings({})
-    with http_bot(slack, settings_for(kimi_agent.url), store, reports=reports) as bot:
-        bot.command("report", BEN, signer)
+    settings = settings_for(kimi_agent.url)
+    socket_mode: SocketModeStandIn | None = None
+    running: AbstractContextManager[RunningBot]
+    if mode == "http":
+        running = http_bot(slack, settings, store, reports=reports)
+    else:
+        socket_mode = request.getfixturevalue("socket_mode")
+        assert socket_mode is not None
+        running = socket_bot(slack, socket_mode, settings, store, reports=reports)
+    with running as bot:
+        if socket_mode is None:
+            bot.command("report", BEN, SlackRequestSigner(SIGNING_SECRET))
+        else:
+            sent = socket_mode.push_slash_command("report", user_id=BEN, channel_id=CHANNEL)
+            socket_mode.wait_for_ack(sent.envelope_id)
         wait_until(lambda: bool(top_level(slack)), what="the report message")
         (report,) = top_level(slack)
         assert report.text.startswith("Capacity report at ")

@@ -11,13 +11,14 @@ import pytest
 
 from bot.chat.audit import Watch
 from bot.chat.progress import Cause, ProgressView
-from bot.chat.replies import ReportReply
+from bot.chat.replies import ReportReply, ReportScheduledReply, ReportSchedulesReply
 from bot.slack import messages, report_messages
 from bot.slack._blocks import SlackMessage
 from bot.vocab import FailureKind, OperationState
 from tests.slack._samples import (
     SAMPLES,
     as_json,
+    daily_in_paris,
     golden_path,
     history_entries,
     render,
@@ -128,3 +129,18 @@ def test_a_report_over_twenty_hosts_stays_within_slacks_limits() -> None:
     assert len(made["blocks"]) == BLOCKS
     assert made["blocks"][-1]["elements"][0]["text"] == "…"
     assert all(f"kimi-{i:02d}:" in made["text"] for i in range(20))
+
+
+def test_schedules_name_the_zone_their_daily_time_is_read_in() -> None:
+    """A daily 09:30 read in Europe/Paris is stored as 08:30 UTC (CET is UTC+1 in December):
+    the confirmation and the list show its next run as 09:30 Europe/Paris, never in UTC."""
+    made = report_messages.report_scheduled(
+        ReportScheduledReply(daily_in_paris(), "daily 09:30", "Europe/Paris")
+    )
+    listed = report_messages.report_schedules(
+        ReportSchedulesReply((daily_in_paris(),), ("daily 09:30",), "Europe/Paris")
+    )
+    for shown in (made, listed):
+        text = json.dumps(shown.to_json())
+        assert "2026-12-01 09:30 Europe/Paris" in text
+        assert "UTC" not in text

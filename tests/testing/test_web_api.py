@@ -228,3 +228,22 @@ def test_concurrent_posts_each_get_their_own_ts(slack: SlackApiStandIn) -> None:
     assert len(set(stamps)) == 40
     assert len(slack.calls("chat.postMessage")) == 40
     assert sorted(m.text for m in slack.history("C1")) == sorted(str(i) for i in range(40))
+
+
+def test_usergroups_users_list_answers_the_members_the_test_set(
+    slack: SlackApiStandIn, client: WebClient
+) -> None:
+    """usergroups.users.list answers a set group's members, recording the call, and refuses an
+    unknown group with no_such_subteam and a missing one with invalid_arguments."""
+    slack.set_usergroup("S0ONCALL", ("U0ANA", "U0BEN"))
+    assert client.usergroups_users_list(usergroup="S0ONCALL")["users"] == ["U0ANA", "U0BEN"]
+    (call,) = slack.calls("usergroups.users.list")
+    assert call.body["usergroup"] == "S0ONCALL"
+    with pytest.raises(SlackApiError) as unknown:
+        client.usergroups_users_list(usergroup="S0NOBODY")
+    assert unknown.value.response["error"] == "no_such_subteam"
+    with pytest.raises(SlackApiError) as missing:
+        client.api_call("usergroups.users.list", params={})
+    assert missing.value.response["error"] == "invalid_arguments"
+    slack.set_usergroup("S0ONCALL", ("U0EVE",))
+    assert client.usergroups_users_list(usergroup="S0ONCALL")["users"] == ["U0EVE"]

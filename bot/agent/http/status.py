@@ -12,15 +12,22 @@ A running server on the simulated 449 GB host gives, in part::
      "ram": {"total_gb": 449.0, "available_gb": 237.9, "server_held_gb": 207.1, ...},
      "gpus": {"available": true, "reason": null, "devices": [{"index": 0, ...}]},
      "guard": {"enabled": true, "interval_s": 0.5, "floor_gb": 10.74},
+     "metrics": {"token_usage": 0.42, "running_requests": 3, "queued_requests": 0,
+                 "cache_hit_rate": 0.31, "host_total_tokens": null},
      "operation": null, "fingerprint": "3f1c0a9e5d7b2c41", "problems": []}
+
+``metrics`` is the server's own ``/metrics`` read as figures (null when it serves none: SGLang
+without ``--enable-metrics``, or not up); added after the rest, so older bots ignore it.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from bot.agent.host.probe import GpuFacts, RamFacts
 from bot.planner import GB
+from bot.prometheus import ServerMetrics
 
 if TYPE_CHECKING:
     from bot.agent.facts.snapshot import FactsSnapshot
@@ -33,7 +40,11 @@ def gb(n_bytes: float | None) -> float | None:
     return None if n_bytes is None else round(n_bytes / GB, 2)
 
 
-def status_body(snap: FactsSnapshot, operation: dict[str, Any] | None) -> dict[str, Any]:
+def status_body(
+    snap: FactsSnapshot,
+    operation: dict[str, Any] | None,
+    metrics: ServerMetrics | None = None,
+) -> dict[str, Any]:
     server = snap.server
     hicache = snap.hicache
     capacity = snap.capacity
@@ -72,6 +83,7 @@ def status_body(snap: FactsSnapshot, operation: dict[str, Any] | None) -> dict[s
             "interval_s": snap.guard.interval_s,
             "floor_gb": round(snap.guard.floor_gb, 2),
         },
+        "metrics": None if metrics is None else asdict(metrics),
         "operation": operation,
         "fingerprint": snap.fingerprint,
         "problems": list(snap.problems),

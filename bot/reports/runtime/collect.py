@@ -1,9 +1,10 @@
 """Ask every host's agent at once and turn the answers into :class:`HostReport` values.
 
-A host costs one ``GET /v1/status`` and one ``GET /v1/operations`` (plus its server's
-``/metrics`` when configured); hosts are asked in parallel, one thread each, so 20 hosts take
-about as long as the slowest one. An agent that does not answer gives a report with ``problem``
-set: the host is listed as unreachable, never dropped.
+A host costs one ``GET /v1/status`` (which carries the server's ``/metrics`` figures) and one
+``GET /v1/operations`` (plus the server's ``/metrics`` when ``[reports] metrics_urls`` names
+it); hosts are asked in parallel, one thread each, so 20 hosts take about as long as the
+slowest one. An agent that does not answer gives a report with ``problem`` set: the host is
+listed as unreachable, never dropped.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ class MetricsSource(Protocol):
 
 
 class ServerMetricsSource:
-    """The ``metrics`` section of the agent's status when it carries one (``{name: value}``, as
-    the agent's SGLang client parses ``/metrics``); else the server's own ``/metrics`` at the URL
-    ``[reports] metrics_urls`` gives for the host. Metrics are optional: a failure gives None."""
+    """SGLang's figures for a host: from the server's own ``/metrics`` when ``[reports]
+    metrics_urls`` names a URL for it (an override, for a server the agent cannot reach or an
+    agent older than the figures), else those the agent's status carries (``metrics``, read
+    from the server by the agent). Metrics are optional: nothing readable gives None."""
 
     def __init__(
         self,
@@ -56,24 +58,16 @@ class ServerMetricsSource:
         self._http = httpx.Client(timeout=timeout_s, transport=transport)
 
     def metrics(self, host: str, status: AgentStatus) -> ServerMetrics | None:
-        carried = status.raw.get("metrics")
-        if isinstance(carried, Mapping) and carried:
-            values = {
-                str(name): [float(value)]
-                for name, value in carried.items()
-                if isinstance(value, int | float) and not isinstance(value, bool)
-            }
-            return metrics_from_mapping(values)
         url = self._urls.get(host)
         if url is None:
-            return None
+            return status.metrics
         try:
             response = self._http.get(url)
         except httpx.HTTPError:
-            return None
+            return status.metrics
         if response.status_code != 200:
-            return None
-        return metrics_from_mapping(parse_prometheus(response.text))
+            return status.metrics
+        return metrics_from_mapping(parse_prometheus(response.text)) or status.metrics
 
     def close(self) -> None:
         self._http.close()

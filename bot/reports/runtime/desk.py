@@ -68,6 +68,11 @@ class ReportDesk:
                 self._store.add_capacity_sample(sample)
         return reports
 
+    def forget_old_samples(self) -> int:
+        """Delete the samples older than ``[reports] keep_days``; how many went."""
+        before = self._clock.now() - timedelta(days=self._settings.keep_days)
+        return self._store.delete_capacity_samples(before)
+
     def samples(self, host: str, until: datetime | None = None) -> list[CapacitySample]:
         """The host's samples of the chart's window (the last ``window_hours``)."""
         now = until or self._clock.now()

@@ -4,7 +4,8 @@
   store (table ``apscheduler_jobs``, outside Alembic), so they survive a restart with their next
   run time; a run missed while the bot was down runs once on start (``coalesce``), within
   ``[reports] misfire_grace_minutes`` (APScheduler's 1 s default would drop it);
-- the sampling job (every ``sample_every_minutes``) and the heartbeat live in memory;
+- the sampling job (every ``sample_every_minutes``, which also deletes the samples older than
+  ``keep_days``) and the heartbeat live in memory;
 - one scheduler per database: :meth:`ReportScheduler.start` takes the lease in the store
   (``scheduler_locks``) and a second process is refused
   (:class:`~bot.errors.SchedulerLocked`): run it with ``--no-scheduler``. The heartbeat renews
@@ -161,7 +162,9 @@ class ReportScheduler:
     # -- the jobs' work (called through bot.reports.runtime.jobs) ---------------------------
 
     def run_sample(self) -> None:
+        """Store every host's sample, then delete those older than ``[reports] keep_days``."""
         self.desk.gather(self.desk.host_names)
+        self.desk.forget_old_samples()
 
     def run_report(self, schedule_id: int) -> None:
         try:
