@@ -186,6 +186,19 @@ class AgentRig:
                 assert control.status().running, self.log_text()[-2000:]
                 time.sleep(0.05)
 
+    def set_server_env(self, env: Mapping[str, str]) -> None:
+        """From the next start on, the server runs with ``env`` added: in the agent's
+        ``[agent.env]`` (read when an agent starts) or a drop-in of the operator's own."""
+        if self.backend == "process":
+            lines = "".join(f"{name} = {json.dumps(value)}\n" for name, value in env.items())
+            self.config.write_text(self.config.read_text() + lines)  # [agent.env] is last
+            self.settings = load_agent_settings(self.config, self.env)
+            return
+        folder = self.settings.unit_dir / f"{UNIT}.d"
+        folder.mkdir(exist_ok=True)
+        lines = "".join(f"Environment={name}={value}\n" for name, value in env.items())
+        (folder / "10-chaos-env.conf").write_text("[Service]\n" + lines)
+
     def server_info(self) -> dict[str, Any] | None:
         with SGLangClient(self.settings.server_url, timeout=2.0) as client:
             return client.server_info()
