@@ -18,6 +18,7 @@ agent ever finds an operation it cannot resume. Each transaction passes its mome
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -362,7 +363,8 @@ class AgentState:
 
 
 class _Guard:
-    """Translate SQLAlchemy's errors into StoreError naming what was being done."""
+    """Translate SQLAlchemy's errors into StoreError naming what was being done, SQLite's own
+    reason and the fix (the statement and its parameters are no help to the reader)."""
 
     def __init__(self, what: str, path: Path) -> None:
         self.what = what
@@ -374,9 +376,28 @@ class _Guard:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, SQLAlchemyError):
             raise StoreError(
-                f"could not {self.what} in the agent state {str(self.path)!r}: {exc}; check the "
-                "file is writable and not held by another agent"
+                f"could not {self.what} in the agent state {str(self.path)!r}: {_reason(exc)}"
             ) from exc
+
+
+# SQLite's names for a write the file system refused: no space, a quota or a file-size limit.
+_NO_ROOM = frozenset(
+    {"SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE",
+     "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_SHORT_READ"}
+)  # fmt: skip
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    """Why SQLite failed, in one line, with what to do about it."""
+    orig = getattr(exc, "orig", None)
+    name = str(getattr(orig, "sqlite_errorname", ""))
+    text = str(orig if isinstance(orig, sqlite3.Error) else exc).splitlines()[0]
+    if name in _NO_ROOM:
+        return (
+            f"{text} ({name}): the disk holding it is full or refuses the write; free space "
+            "there (or raise the agent's file-size limit), nothing was changed"
+        )
+    return f"{text}; check the file is writable and not held by another agent"
 
 
 def _operation_view(row: sa.RowMapping) -> OperationView:
