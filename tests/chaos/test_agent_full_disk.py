@@ -71,3 +71,26 @@ def test_a_resize_on_a_full_disk_is_refused_clearly_and_changes_nothing(
     assert rig.starts() == starts + 1
     rig.check(agent, op_id, known=(old, new))
     assert agent.stop() == 0
+
+
+def test_an_agent_started_on_a_full_disk_says_so_and_leaves_the_server_running(
+    agent_rig: Callable[..., AgentRig],
+) -> None:
+    """Started with the same limit, the agent cannot open its state file: it exits 1 with one
+    line naming the file and the full disk (no traceback), and the server runs on untouched."""
+    rig = agent_rig("process", RATIO_2)
+    rig.start_server()
+    rig.start_agent().stop()  # the state file exists, as on a host where the agent ran before
+    pid = rig.server_pid()
+    files = {path: path.read_bytes() for path in rig.config_files()}
+
+    agent = rig.start_agent(file_size_limit=_LIMIT_BYTES, wait_ready=False)
+    assert agent.wait_exit() == 1, agent.log()
+    log = agent.log()
+    assert "agent.sqlite3" in log, log
+    assert "the disk holding it is full" in log, log
+    assert "Traceback" not in log, log
+    assert rig.server_pid() == pid
+    assert rig.server_info() is not None
+    assert {path: path.read_bytes() for path in rig.config_files()} == files
+    rig.check_files()
