@@ -82,8 +82,16 @@ class AgentProcess:
     process: subprocess.Popen[bytes]
     lines: list[str] = field(default_factory=list)
     url: str = ""
-    _reader: threading.Thread | None = None
     _http: httpx.Client | None = None
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._gather, daemon=True)
+        self._reader.start()
+
+    def _gather(self) -> None:
+        assert self.process.stderr is not None
+        for raw in self.process.stderr:
+            self.lines.append(raw.decode("utf-8", errors="replace"))
 
     def log(self) -> str:
         return "".join(self.lines)
@@ -148,8 +156,7 @@ class AgentProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=30)
-        if self._reader is not None:
-            self._reader.join(timeout=10)
+        self._reader.join(timeout=10)
         if self.process.stderr is not None:
             self.process.stderr.close()
 
@@ -266,8 +273,6 @@ class AgentRig:
             preexec_fn=_file_size_limit(file_size_limit),
         )
         agent = AgentProcess(process)
-        agent._reader = threading.Thread(target=_gather, args=(process, agent.lines), daemon=True)
-        agent._reader.start()
         self.agents.append(agent)
         if not wait_ready:
             return agent
@@ -325,12 +330,6 @@ class AgentRig:
         with contextlib.suppress(Exception):
             make_control(self.settings).stop(5)
         _kill_simulators(self.tmp)
-
-
-def _gather(process: subprocess.Popen[bytes], lines: list[str]) -> None:
-    assert process.stderr is not None
-    for raw in process.stderr:
-        lines.append(raw.decode("utf-8", errors="replace"))
 
 
 def _file_size_limit(n_bytes: int | None) -> Callable[[], None]:

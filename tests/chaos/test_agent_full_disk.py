@@ -18,7 +18,8 @@ from tests.chaos._agent_rig import RATIO_2, AgentRig, agent_rig, replace_flag
 
 __all__ = ["agent_rig"]
 
-pytestmark = pytest.mark.slow
+# Real processes throughout: minutes under a load of 15 on 2 cores, still bounded.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 # Smaller than one page of the state file's write-ahead log (4 KiB + its headers): the first
 # write of any transaction fails.
@@ -73,6 +74,7 @@ def test_a_resize_on_a_full_disk_is_refused_clearly_and_changes_nothing(
     assert agent.stop() == 0
 
 
+@pytest.mark.long
 def test_an_agent_started_on_a_full_disk_says_so_and_leaves_the_server_running(
     agent_rig: Callable[..., AgentRig],
 ) -> None:

@@ -30,7 +30,8 @@ from tests.chaos._agent_rig import BASE_FLAGS, PROFILE, AgentRig, agent_rig
 
 __all__ = ["agent_rig"]
 
-pytestmark = pytest.mark.slow
+# Real processes throughout: minutes under a load of 15 on 2 cores, still bounded.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 GB = 1e9
 AVAILABLE = 60e9

@@ -15,7 +15,8 @@ from tests.chaos._agent_rig import RATIO_2, AgentRig, agent_rig, replace_flag
 
 __all__ = ["agent_rig"]
 
-pytestmark = pytest.mark.slow
+# Real processes throughout: minutes under a load of 15 on 2 cores, still bounded.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 # Long enough for a retry to show: a small-profile start logs its server_args= line within a
 # second here.
