@@ -96,6 +96,14 @@ class AgentProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
+    def wait_log(self, text: str, timeout_s: float = 30) -> None:
+        """Wait until ``text`` is in the agent's log (its stderr reaches us through a thread)."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                pytest.fail(f"not in the agent's log within {timeout_s} s: {text!r}\n{self.log()}")
+            time.sleep(0.05)
+
     @property
     def http(self) -> httpx.Client:
         if self._http is None:
@@ -133,9 +141,11 @@ class AgentProcess:
     def wait_exit(self, timeout_s: float = 120) -> int:
         """The exit code once the process ends (bounded; -9 for SIGKILL)."""
         try:
-            return self.process.wait(timeout=timeout_s)
+            code = self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the agent did not exit within {timeout_s} s:\n{self.log()[-3000:]}")
+        self._reader.join(timeout=30)  # the rest of its log, up to the pipe's end
+        return code
 
     def limit_file_size(self, n_bytes: int | None) -> None:
         """Set the running agent's soft RLIMIT_FSIZE (None: no limit), as a disk that fills

@@ -50,7 +50,7 @@ def test_a_resize_on_a_full_disk_is_refused_clearly_and_changes_nothing(
     assert "disk" in detail, detail
     assert "[SQL:" not in detail, f"the statement is no help to the reader: {detail}"
 
-    assert detail in agent.log(), agent.log()[-3000:]
+    agent.wait_log(detail)
 
     # Nothing changed: no operation, no revision, the files and the server as they were.
     assert agent.http.get("/v1/operations").json()["operations"] == []
