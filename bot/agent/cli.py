@@ -37,6 +37,7 @@ from bot.agent.config import AgentSettings, load_agent_settings
 from bot.agent.http.app import create_app
 from bot.agent.service import build_service
 from bot.agent.tls import load_server_certificate, plaintext_refusal, transport_warnings
+from bot.agent.write_hook import write_hook_from_environ
 from bot.errors import ConfigError
 from bot.settings import CONFIG_ENV, find_config_path
 from bot.stoppable_server import StoppableServer
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         log.warning("kimi-ops agent: %s", warning)
     if settings.tls:
         log.info("kimi-ops agent: TLS certificate %s", load_server_certificate(settings))
-    service = build_service(settings)
+    # A test hook only (bot.agent.write_hook): unset in production, read once here.
+    service = build_service(settings, write_hook=write_hook_from_environ(environ))
     try:
         # Bind first: a taken port must fail before any operation is resumed.
         sock = _bind(settings.listen_host, settings.listen_port)

@@ -3,7 +3,8 @@
 ``build_service(settings)`` makes the real parts (the probe ``[agent] probe`` names, the backend
 ``[agent] backend`` names, the SGLang client, the state file, the clock) and composes facts and
 the operation engine from them; ``create_app(service)`` serves it over HTTP. Every part can be
-given instead (``control=``, ``probe=``, ``clock=``, ``sglang=``, ``state=``, ``crash_points=``),
+given instead (``control=``, ``probe=``, ``clock=``, ``sglang=``, ``state=``, ``crash_points=``,
+``write_hook=``),
 so tests hand the agent their doubles here rather than re-wiring the object graph themselves.
 
 This is the only module that knows every implementation: the factories live here, so the
@@ -28,6 +29,7 @@ from bot.agent.sglang_client import SGLangClient
 from bot.agent.state.agent_state import AgentState
 from bot.agent.state.views import OperationView, ProgressEvent, RevisionView
 from bot.agent.tokens import TokenSet
+from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock, SystemClock
 from bot.errors import ConfigError
 from bot.planner import ChangeRequest, Plan
@@ -36,13 +38,15 @@ from bot.vocab import OperationKind, ServerState
 __all__ = ["AgentService", "build_service", "make_control", "make_probe"]
 
 
-def make_control(settings: AgentSettings, clock: Clock | None = None) -> ServerControl:
+def make_control(
+    settings: AgentSettings, clock: Clock | None = None, write_hook: WriteHook = NO_WRITE_HOOK
+) -> ServerControl:
     """The backend ``[agent] backend`` names: "process" or "systemd"."""
     used_clock = clock if clock is not None else SystemClock()
     if settings.backend == "process":
-        return ProcessControl.from_settings(settings, used_clock)
+        return ProcessControl.from_settings(settings, used_clock, write_hook)
     if settings.backend == "systemd":
-        return SystemdControl.from_settings(settings, used_clock)
+        return SystemdControl.from_settings(settings, used_clock, write_hook)
     raise ConfigError(f"[agent] backend is {settings.backend!r}; expected one of: process, systemd")
 
 
@@ -156,14 +160,18 @@ def build_service(
     state: AgentState | None = None,
     crash_points: CrashPoints | None = None,
     health_grace_s: float | None = None,
+    write_hook: WriteHook = NO_WRITE_HOOK,
 ) -> AgentService:
     """Compose the agent from ``settings`` (whose loading already checked the token); each
-    keyword replaces the part the settings would make."""
+    keyword replaces the part the settings would make. ``write_hook`` is given to the control
+    and the state the root makes (``bot.agent.write_hook``: a test's kill in mid-write)."""
     used_clock = clock if clock is not None else SystemClock()
     used_probe = probe if probe is not None else make_probe(settings)
-    used_control = control if control is not None else make_control(settings, used_clock)
+    used_control = (
+        control if control is not None else make_control(settings, used_clock, write_hook)
+    )
     used_sglang = sglang if sglang is not None else SGLangClient(settings.server_url)
-    used_state = state if state is not None else AgentState(settings.state_dir)
+    used_state = state if state is not None else AgentState(settings.state_dir, write_hook)
     facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)
     manager = OperationManager(
         settings,

@@ -33,6 +33,7 @@ import psutil
 
 from bot.agent.control._atomic_file import read_json, write_json
 from bot.agent.control.protocol import MARKER_ENV, ServerProcessState, StopHow, StopResult
+from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
 from bot.vocab import ServerState
@@ -112,17 +113,23 @@ class ProcessControl:
         log_file: Path,
         env: Mapping[str, str],
         clock: Clock,
+        write_hook: WriteHook = NO_WRITE_HOOK,
     ) -> None:
         self._state_dir = state_dir
         self._initial = list(initial_command)
         self._log_file = log_file
         self._env = dict(env)
         self._clock = clock
+        self._hook = write_hook
         self._child: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def from_settings(cls, settings: AgentSettings, clock: Clock) -> ProcessControl:
-        return cls(settings.state_dir, settings.command, settings.log_file, settings.env, clock)
+    def from_settings(
+        cls, settings: AgentSettings, clock: Clock, write_hook: WriteHook = NO_WRITE_HOOK
+    ) -> ProcessControl:
+        return cls(
+            settings.state_dir, settings.command, settings.log_file, settings.env, clock, write_hook
+        )
 
     # -- command -----------------------------------------------------------------------------
 
@@ -143,13 +150,13 @@ class ProcessControl:
         if stored is None:
             if not self._initial:
                 raise BackendError("no server command: set [agent] command")
-            write_json(self._command_path, {"argv": self._initial})
+            write_json(self._command_path, {"argv": self._initial}, hook=self._hook)
             return list(self._initial)
         return _argv_from(stored, self._command_path)
 
     def write_command(self, argv: Sequence[str]) -> None:
         self.read_command()  # make sure there is a current command to keep as the previous one
-        write_json(self._command_path, {"argv": list(argv)}, keep_previous=self._previous_path)
+        write_json(self._command_path, {"argv": list(argv)}, self._previous_path, hook=self._hook)
 
     def previous_command(self) -> list[str] | None:
         stored = read_json(self._previous_path)
@@ -175,7 +182,7 @@ class ProcessControl:
         return run
 
     def _save_run(self, run: _Run) -> None:
-        write_json(self._run_path, run.to_json())
+        write_json(self._run_path, run.to_json(), hook=self._hook)
 
     def _alive(self, run: _Run) -> bool:
         """Whether the recorded process is still running; records its exit status if seen."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from bot.agent.control._atomic_file import read_json, write_atomic, write_json
 from bot.agent.control.protocol import ServerProcessState, StopHow, StopResult
+from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
 from bot.vocab import ServerState
@@ -202,6 +203,7 @@ class SystemdControl:
         clock: Clock,
         systemctl: str = "systemctl",
         journalctl: str = "journalctl",
+        write_hook: WriteHook = NO_WRITE_HOOK,
     ) -> None:
         self._unit = unit
         self._dir = unit_dir / f"{unit}.d"
@@ -209,9 +211,12 @@ class SystemdControl:
         self._clock = clock
         self._systemctl = systemctl
         self._journalctl = journalctl
+        self._hook = write_hook
 
     @classmethod
-    def from_settings(cls, settings: AgentSettings, clock: Clock) -> SystemdControl:
+    def from_settings(
+        cls, settings: AgentSettings, clock: Clock, write_hook: WriteHook = NO_WRITE_HOOK
+    ) -> SystemdControl:
         return cls(
             settings.unit,
             settings.unit_dir,
@@ -219,6 +224,7 @@ class SystemdControl:
             clock,
             settings.systemctl,
             settings.journalctl,
+            write_hook,
         )
 
     @property
@@ -259,10 +265,10 @@ class SystemdControl:
         if not self.drop_in.exists():
             # Keep the unit's own command as the previous one, so a rollback can return to it.
             current = self.read_command()
-            write_atomic(self._previous, _drop_in(current).encode())
-            write_atomic(self.drop_in, content.encode())
+            write_atomic(self._previous, _drop_in(current).encode(), hook=self._hook)
+            write_atomic(self.drop_in, content.encode(), hook=self._hook)
         else:
-            write_atomic(self.drop_in, content.encode(), keep_previous=self._previous)
+            write_atomic(self.drop_in, content.encode(), self._previous, hook=self._hook)
         self._run("daemon-reload")
 
     def previous_command(self) -> list[str] | None:
@@ -291,7 +297,7 @@ class SystemdControl:
                 f"{self._unit} is already running (pid {current.main_pid}); stop it first"
             )
         before = _invocation_of(fields.get("InvocationID", ""))
-        write_json(self._start_record, {"marker": marker, "before": before})
+        write_json(self._start_record, {"marker": marker, "before": before}, hook=self._hook)
         self._run("restart", self._unit)
 
     def started(self, marker: str) -> bool:

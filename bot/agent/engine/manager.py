@@ -35,7 +35,7 @@ from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
 from bot.agent.engine.runner import Runner
 from bot.agent.host.probe import HostProbe
 from bot.agent.state.agent_state import AgentState
-from bot.agent.state.resume_point import ResumePoint, Stage, Step
+from bot.agent.state.resume_point import Stage
 from bot.agent.state.views import OperationView, ProgressEvent, RevisionOutcome, RevisionView
 from bot.clock import Clock
 from bot.errors import (
@@ -250,39 +250,31 @@ class OperationManager:
     ) -> OperationView:
         now = self.clock.now().isoformat(timespec="milliseconds")
         request = {"kind": kind.value, "ratio": ratio, "size_gb": size_gb, "revision": revision}
-        plan_dict = None if plan is None else plan.to_dict()
-        op_id = self.state.create_operation(
-            kind=kind, actor=actor, created_at=now, request=request, plan=plan_dict,
-            rollback_of=rollback_of, caller=caller,
-        )  # fmt: skip
-        rev_id = self.state.add_revision(
-            argv=argv,
-            hicache=asdict(read_hicache(argv)),  # as written, write policy and all
-            created_at=now,
-            actor=actor,
-            kind=kind.value,
-            rollback_of=rollback_of,
-            operation_id=op_id,
-        )
-        expected_gb = None if plan is None else plan.per_rank_gb
-        self.state.update_operation(op_id, revision=rev_id)
-        self.state.save_resume_point(
-            op_id,
-            ResumePoint(Stage.APPLY, Step.STOPPING, rev_id, tuple(argv), expected_gb=expected_gb),
-        )
         phrase = setting.effective_phrase()
         message = f"{kind} to {phrase} by {actor}"
         if plan is not None:
             message += f": {plan.reason}"
         data: dict[str, Any] = {
-            "revision": rev_id,
             "setting": phrase,
             "ranks": read_topology(argv).local_ranks,
             "expected_startup_s": None if plan is None else plan.expected_startup_s,
             "step": f"{Stage.APPLY.value}:{EventPhase.PLANNED.value}",
         }
-        self.state.append_event(
-            op_id, at=now, phase=EventPhase.PLANNED, message=message, progress=0.0, data=data
+        # One transaction: an agent killed here, or a disk that refuses the write, leaves no
+        # operation without the resume point it would need.
+        op_id, _ = self.state.record_operation(
+            kind=kind,
+            actor=actor,
+            created_at=now,
+            request=request,
+            plan=None if plan is None else plan.to_dict(),
+            argv=argv,
+            hicache=asdict(read_hicache(argv)),  # as written, write policy and all
+            rollback_of=rollback_of,
+            caller=caller,
+            expected_gb=None if plan is None else plan.per_rank_gb,
+            message=message,
+            data=data,
         )
         self._spawn(op_id)
         return self.get(op_id)

@@ -16,12 +16,16 @@ NotFound              404   ``{"detail": message}``
 any other KimiOpsError 503  ``{"detail": message}`` (the host or the server could not answer)
 ====================  ====  =========================================================
 
+A 503 is also logged as a warning with the same message: the operator on the host sees in the
+agent's log what the caller was told (a full disk under the state file, a backend refusing).
+
 Routes are plain ``def`` functions: FastAPI runs them in its thread pool, so a long-poll waiting
 on the operation engine never blocks the event loop.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Annotated, Any, Protocol
@@ -45,6 +49,8 @@ from bot.planner import ChangeRequest, Plan
 from bot.vocab import OperationKind, OperationState, RefusedBy
 
 __all__ = ["MAX_WAIT_S", "ApiService", "OperationBody", "PlanBody", "create_app"]
+
+log = logging.getLogger(__name__)
 
 #: The longest a long-poll is held open; a larger ``wait`` is cut to this.
 MAX_WAIT_S = 60.0
@@ -306,5 +312,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StaleProposal, fixed(409))
     app.add_exception_handler(NotFound, fixed(404))
     app.add_exception_handler(InputError, fixed(422))
+
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s %s answered 503: %s", request.method, request.url.path, exc)
+        return detail(503, exc)
+
     # The rest of the tree: the host, the backend or the store could not answer.
-    app.add_exception_handler(KimiOpsError, fixed(503))
+    app.add_exception_handler(KimiOpsError, unavailable)

@@ -7,12 +7,18 @@ agent's private state, not the bot's Alembic-managed store.
 
 Events are numbered per operation without gaps (1, 2, 3, ...) and are committed before anyone is
 told about them, so a client that long-polls with ``after=SEQ`` and reconnects loses nothing.
+
+Each method is one transaction: a write the disk refuses (full, a file-size limit) or a kill
+leaves the state as it was before that method. A new operation is recorded whole by
+``record_operation`` (the operation, its revision, its resume point and its first event), so no
+agent ever finds an operation it cannot resume. Each transaction passes its moments to a
+``WriteHook`` as ``agent.sqlite3/<method>`` (``bot.agent.write_hook``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,12 +28,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot.agent.state._rows import insert_event, insert_operation, insert_revision
 from bot.agent.state._schema import events as _events
 from bot.agent.state._schema import migrate
 from bot.agent.state._schema import operations as _operations
 from bot.agent.state._schema import revisions as _revisions
-from bot.agent.state.resume_point import ResumePoint
+from bot.agent.state.resume_point import ResumePoint, Stage, Step
 from bot.agent.state.views import OperationView, ProgressEvent, RevisionOutcome, RevisionView
+from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook, WriteMoment
 from bot.db import WRITE_OPTION, make_engine
 from bot.errors import StoreError
 from bot.planner import StartSample
@@ -58,8 +66,9 @@ _REVISION_FIELDS = frozenset(
 class AgentState:
     """The state file in ``state_dir`` (created with its tables if missing)."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, write_hook: WriteHook = NO_WRITE_HOOK) -> None:
         self.state_dir = Path(state_dir)
+        self._hook = write_hook
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -72,19 +81,22 @@ class AgentState:
         self._lock = threading.Lock()
         # Notified after every committed event, so long-polls wake at once.
         self._changed = threading.Condition()
-        with self._guard("create or upgrade the tables"), self._write() as conn:
+        with self._guard("create or upgrade the tables"), self._write("migrate") as conn:
             self.schema_found = migrate(conn)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self, method: str) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE: it queues for the lock rather than failing
-        to upgrade a read lock), under the in-process lock."""
+        to upgrade a read lock), under the in-process lock; ``method`` names it to the hook."""
+        target = f"{DB_FILE}/{method}"
         with (
             self._lock,
             self._engine.connect().execution_options(**{WRITE_OPTION: True}) as conn,
-            conn.begin(),
         ):
-            yield conn
+            with conn.begin():
+                yield conn
+                self._hook.reach(target, WriteMoment.UNCOMMITTED)
+            self._hook.reach(target, WriteMoment.COMMITTED)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -107,29 +119,70 @@ class AgentState:
         state: OperationState = OperationState.RUNNING,
         caller: str | None = None,
     ) -> int:
-        with self._guard("record an operation"), self._write() as conn:
-            result = conn.execute(
-                _operations.insert().values(
-                    kind=OperationKind(kind).value,
-                    state=OperationState(state).value,
-                    actor=actor,
-                    created_at=created_at,
-                    request=dict(request),
-                    plan=None if plan is None else dict(plan),
-                    revision=revision,
-                    rollback_of=rollback_of,
-                    caller=caller,
-                )
+        with self._guard("record an operation"), self._write("create_operation") as conn:
+            return insert_operation(
+                conn,
+                kind=kind,
+                actor=actor,
+                created_at=created_at,
+                request=request,
+                plan=plan,
+                revision=revision,
+                rollback_of=rollback_of,
+                state=state,
+                caller=caller,
             )
-            key = result.inserted_primary_key
-            assert key is not None
-            return int(key[0])
+
+    def record_operation(
+        self,
+        *,
+        kind: OperationKind,
+        actor: str,
+        created_at: str,
+        request: Mapping[str, Any],
+        plan: Mapping[str, Any] | None,
+        argv: Sequence[str],
+        hicache: Mapping[str, Any],
+        rollback_of: int | None,
+        caller: str | None,
+        expected_gb: float | None,
+        message: str,
+        data: Mapping[str, Any],
+    ) -> tuple[int, int]:
+        """A new running operation, whole, in one transaction: the operation, the revision it
+        starts (``argv``), its resume point (stopping, in the apply stage) and its first event
+        (planned, ``message``; ``data`` gets the revision's id). Returns ``(operation id,
+        revision id)``."""
+        with self._guard("record an operation"), self._write("record_operation") as conn:
+            op_id = insert_operation(
+                conn, kind=kind, actor=actor, created_at=created_at, request=request, plan=plan,
+                rollback_of=rollback_of, caller=caller,
+            )  # fmt: skip
+            rev_id = insert_revision(
+                conn, argv=argv, hicache=hicache, created_at=created_at, actor=actor,
+                kind=OperationKind(kind).value, rollback_of=rollback_of, operation_id=op_id,
+            )  # fmt: skip
+            point = ResumePoint(
+                Stage.APPLY, Step.STOPPING, rev_id, tuple(argv), expected_gb=expected_gb
+            )
+            conn.execute(
+                _operations.update()
+                .where(_operations.c.id == op_id)
+                .values(revision=rev_id, resume_point=point.to_json())
+            )
+            insert_event(
+                conn, op_id, at=created_at, phase=EventPhase.PLANNED, message=message,
+                progress=0.0, data={**data, "revision": rev_id},
+            )  # fmt: skip
+        with self._changed:
+            self._changed.notify_all()
+        return op_id, rev_id
 
     def update_operation(self, op_id: int, **fields: Any) -> None:
         unknown = set(fields) - _OPERATION_FIELDS
         if unknown:
             raise ValueError(f"not an operation field: {sorted(unknown)}")
-        with self._guard("update an operation"), self._write() as conn:
+        with self._guard("update an operation"), self._write("update_operation") as conn:
             conn.execute(_operations.update().where(_operations.c.id == op_id).values(**fields))
         with self._changed:
             self._changed.notify_all()
@@ -141,7 +194,10 @@ class AgentState:
 
     def save_resume_point(self, op_id: int, point: ResumePoint) -> None:
         """Persist where ``op_id`` stands (see ``ResumePoint``)."""
-        with self._guard("save an operation's resume point"), self._write() as conn:
+        with (
+            self._guard("save an operation's resume point"),
+            self._write("save_resume_point") as conn,
+        ):
             conn.execute(
                 _operations.update()
                 .where(_operations.c.id == op_id)
@@ -186,22 +242,9 @@ class AgentState:
     ) -> ProgressEvent:
         """Commit the next event of ``op_id`` (and, with ``state``, the operation's new state in
         the same transaction), then wake the waiters."""
-        payload = json.loads(json.dumps(dict(data or {}), default=str))
-        with self._guard("record an event"), self._write() as conn:
-            last = conn.execute(
-                sa.select(sa.func.max(_events.c.seq)).where(_events.c.op_id == op_id)
-            ).scalar()
-            seq = int(last or 0) + 1
-            conn.execute(
-                _events.insert().values(
-                    op_id=op_id,
-                    seq=seq,
-                    at=at,
-                    phase=EventPhase(phase).value,
-                    message=message,
-                    progress=progress,
-                    data=payload,
-                )
+        with self._guard("record an event"), self._write("append_event") as conn:
+            event = insert_event(
+                conn, op_id, at=at, phase=phase, message=message, progress=progress, data=data
             )
             if state is not None:
                 conn.execute(
@@ -211,7 +254,7 @@ class AgentState:
                 )
         with self._changed:
             self._changed.notify_all()
-        return ProgressEvent(seq, at, EventPhase(phase), message, progress, payload)
+        return event
 
     def events(self, op_id: int, after: int = 0) -> list[ProgressEvent]:
         query = (
@@ -254,31 +297,27 @@ class AgentState:
         device_tokens: int | None = None,
         kv_bytes_per_token: float | None = None,
     ) -> int:
-        with self._guard("record a revision"), self._write() as conn:
-            result = conn.execute(
-                _revisions.insert().values(
-                    argv=list(argv),
-                    hicache=dict(hicache),
-                    outcome=RevisionOutcome(outcome).value,
-                    became_ready=became_ready,
-                    created_at=created_at,
-                    actor=actor,
-                    kind=kind,
-                    rollback_of=rollback_of,
-                    operation_id=operation_id,
-                    device_tokens=device_tokens,
-                    kv_bytes_per_token=kv_bytes_per_token,
-                )
+        with self._guard("record a revision"), self._write("add_revision") as conn:
+            return insert_revision(
+                conn,
+                argv=argv,
+                hicache=hicache,
+                created_at=created_at,
+                actor=actor,
+                kind=kind,
+                outcome=outcome,
+                became_ready=became_ready,
+                rollback_of=rollback_of,
+                operation_id=operation_id,
+                device_tokens=device_tokens,
+                kv_bytes_per_token=kv_bytes_per_token,
             )
-            key = result.inserted_primary_key
-            assert key is not None
-            return int(key[0])
 
     def update_revision(self, rev_id: int, **fields: Any) -> None:
         unknown = set(fields) - _REVISION_FIELDS
         if unknown:
             raise ValueError(f"not a revision field: {sorted(unknown)}")
-        with self._guard("update a revision"), self._write() as conn:
+        with self._guard("update a revision"), self._write("update_revision") as conn:
             conn.execute(_revisions.update().where(_revisions.c.id == rev_id).values(**fields))
 
     def revision(self, rev_id: int) -> RevisionView | None:
@@ -324,7 +363,8 @@ class AgentState:
 
 
 class _Guard:
-    """Translate SQLAlchemy's errors into StoreError naming what was being done."""
+    """Translate SQLAlchemy's errors into StoreError naming what was being done, SQLite's own
+    reason and the fix (the statement and its parameters are no help to the reader)."""
 
     def __init__(self, what: str, path: Path) -> None:
         self.what = what
@@ -336,9 +376,28 @@ class _Guard:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, SQLAlchemyError):
             raise StoreError(
-                f"could not {self.what} in the agent state {str(self.path)!r}: {exc}; check the "
-                "file is writable and not held by another agent"
+                f"could not {self.what} in the agent state {str(self.path)!r}: {_reason(exc)}"
             ) from exc
+
+
+# SQLite's names for a write the file system refused: no space, a quota or a file-size limit.
+_NO_ROOM = frozenset(
+    {"SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE",
+     "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_SHORT_READ"}
+)  # fmt: skip
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    """Why SQLite failed, in one line, with what to do about it."""
+    orig = getattr(exc, "orig", None)
+    name = str(getattr(orig, "sqlite_errorname", ""))
+    text = str(orig if isinstance(orig, sqlite3.Error) else exc).splitlines()[0]
+    if name in _NO_ROOM:
+        return (
+            f"{text} ({name}): the disk holding it is full or refuses the write; free space "
+            "there (or raise the agent's file-size limit), nothing was changed"
+        )
+    return f"{text}; check the file is writable and not held by another agent"
 
 
 def _operation_view(row: sa.RowMapping) -> OperationView:
