@@ -8,9 +8,9 @@ it back; :class:`RolloutView` is what a front end shows.
 
 from __future__ import annotations
 
+from bot.errors import FleetError, RouterError, RouterUnsupported
 from bot.fleet.config import FleetSettings, load_fleets
 from bot.fleet.drain import DrainResult, LoadProbe, ReplicaLoad, wait_idle
-from bot.fleet.errors import FleetError, RouterError, RouterUnsupported
 from bot.fleet.plan import FleetChange, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import RolloutLog, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker

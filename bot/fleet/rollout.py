@@ -21,10 +21,9 @@ from typing import Protocol
 
 from bot.chat.agent_views import AgentOperation
 from bot.clock import Clock
-from bot.errors import AgentError
+from bot.errors import AgentError, RouterError
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, wait_idle
-from bot.fleet.errors import RouterError
 from bot.fleet.plan import FleetChange, ReplicaAgent
 from bot.fleet.router import RouterWorker
 from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
