@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.chat.agent_views import AgentOperation, OperationPage, PlannedChange
+from bot.agent_json import AgentOperation, AgentStatus, OperationPage, PlannedChange
 from bot.errors import AgentError
 from bot.fleet.config import FleetSettings
 from bot.fleet.view import ReplicaView
@@ -23,6 +23,8 @@ __all__ = ["FleetChange", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
 
 class ReplicaAgent(Protocol):
     """What a rollout asks of a host's agent (:class:`bot.chat.agent_client.AgentClient`)."""
+
+    def status(self) -> AgentStatus: ...
 
     def plan(self, ratio: float | None = None, size_gb: int | None = None) -> PlannedChange: ...
 
@@ -69,20 +71,35 @@ class FleetRefusal:
 def plan_fleet(
     fleet: FleetSettings, agents: Mapping[str, ReplicaAgent], change: FleetChange
 ) -> tuple[ReplicaView, ...] | FleetRefusal:
-    """Each replica's line (its plan for a resize), or the refusal of the whole rollout."""
-    if change.kind is not OperationKind.RESIZE:
-        return tuple(ReplicaView(host, fleet.url(host)) for host in fleet.hosts)
+    """Each replica's line (its plan for a resize, its config now), or the refusal of the whole
+    rollout."""
+
+    def current(host: str) -> str | None:
+        try:
+            return agents[host].status().effective
+        except AgentError:
+            return None
 
     def one(host: str) -> tuple[ReplicaView, str | None]:
+        old = current(host)
+        if change.kind is not OperationKind.RESIZE:
+            new = old if change.kind is OperationKind.RESTART else None
+            return ReplicaView(host, fleet.url(host), old_config=old, new_config=new), None
         try:
             plan = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb).plan
         except AgentError as exc:
-            return ReplicaView(host, fleet.url(host), planned="no plan"), str(exc)
+            return ReplicaView(host, fleet.url(host), planned="no plan", old_config=old), str(exc)
         if plan.per_rank_gb is None:
             figure = plan.setting
         else:
             figure = f"{plan.setting}: {plan.ranks} x {plan.per_rank_gb:.2f} GB/rank"
-        line = ReplicaView(host, fleet.url(host), planned=figure)
+            if plan.total_gb is not None:
+                figure += f" = {plan.total_gb:.1f} GB"
+            if plan.budget_gb is not None:
+                figure += f" of {plan.budget_gb:.1f} GB budget"
+        line = ReplicaView(
+            host, fleet.url(host), planned=figure, old_config=old, new_config=plan.setting
+        )
         return line, None if plan.fits else plan.reason
 
     with ThreadPoolExecutor(max_workers=len(fleet.hosts)) as pool:
