@@ -13,7 +13,7 @@ from bot.errors import FleetBusy, FleetError, RouterError, RouterUnsupported
 from bot.fleet.config import FleetSettings, load_fleets
 from bot.fleet.desk import FleetDesk, RolloutSink, RolloutStore, StoreRolloutLog, view_of
 from bot.fleet.drain import DrainResult, LoadProbe, ReplicaLoad, wait_idle
-from bot.fleet.plan import FleetChange, FleetRefusal, ReplicaAgent, plan_fleet
+from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import RolloutLog, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker
 from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
@@ -24,6 +24,7 @@ __all__ = [
     "FleetChange",
     "FleetDesk",
     "FleetError",
+    "FleetPlan",
     "FleetRefusal",
     "FleetSettings",
     "LoadProbe",

@@ -27,7 +27,7 @@ from bot.clock import Clock
 from bot.errors import FleetBusy, NotFound
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, ReplicaLoad
-from bot.fleet.plan import FleetChange, FleetRefusal, ReplicaAgent, plan_fleet
+from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import EVENT_WAIT_S, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterClient
 from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
@@ -170,7 +170,7 @@ class FleetDesk:
             known = ", ".join(sorted(self.fleets)) or "none configured"
             raise NotFound(f"there is no fleet {name!r} (fleets: {known})") from None
 
-    def plan(self, name: str, change: FleetChange) -> tuple[ReplicaView, ...] | FleetRefusal:
+    def plan(self, name: str, change: FleetChange) -> FleetPlan | FleetRefusal:
         fleet = self.fleet(name)
         return plan_fleet(fleet, {h: self.agents[h] for h in fleet.hosts}, change)
 

@@ -18,7 +18,7 @@ from bot.fleet.config import FleetSettings
 from bot.fleet.view import ReplicaView
 from bot.vocab import OperationKind
 
-__all__ = ["FleetChange", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
+__all__ = ["FleetChange", "FleetPlan", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
 
 
 class ReplicaAgent(Protocol):
@@ -68,9 +68,18 @@ class FleetRefusal:
     replicas: tuple[ReplicaView, ...]  # every host's plan, the fitting ones too
 
 
+@dataclass(frozen=True)
+class FleetPlan:
+    """Every replica's line, and for a resize each host's plan as its agent answered it (what a
+    proposal records, fingerprint included)."""
+
+    replicas: tuple[ReplicaView, ...]
+    changes: Mapping[str, PlannedChange]
+
+
 def plan_fleet(
     fleet: FleetSettings, agents: Mapping[str, ReplicaAgent], change: FleetChange
-) -> tuple[ReplicaView, ...] | FleetRefusal:
+) -> FleetPlan | FleetRefusal:
     """Each replica's line (its plan for a resize, its config now), or the refusal of the whole
     rollout."""
 
@@ -80,15 +89,19 @@ def plan_fleet(
         except AgentError:
             return None
 
+    changes: dict[str, PlannedChange] = {}
+
     def one(host: str) -> tuple[ReplicaView, str | None]:
         old = current(host)
         if change.kind is not OperationKind.RESIZE:
             new = old if change.kind is OperationKind.RESTART else None
             return ReplicaView(host, fleet.url(host), old_config=old, new_config=new), None
         try:
-            plan = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb).plan
+            planned = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb)
         except AgentError as exc:
             return ReplicaView(host, fleet.url(host), planned="no plan", old_config=old), str(exc)
+        changes[host] = planned
+        plan = planned.plan
         if plan.per_rank_gb is None:
             figure = plan.setting
         else:
@@ -108,4 +121,4 @@ def plan_fleet(
     reasons = tuple((line.host, why) for line, why in answers if why is not None)
     if reasons:
         return FleetRefusal(fleet.name, change.label, reasons, replicas)
-    return replicas
+    return FleetPlan(replicas, {host: changes[host] for host in fleet.hosts if host in changes})

@@ -87,7 +87,7 @@ def test_a_bot_stopped_mid_rollout_is_resumed_by_the_next_one(tmp_path: Path) ->
                     )  # fmt: skip
                     planned = first.plan("prod", RATIO_4)
                     assert not isinstance(planned, FleetRefusal), planned
-                    record = first.begin("prod", RATIO_4, planned, "U0ANA", "C0OPS")
+                    record = first.begin("prod", RATIO_4, planned.replicas, "U0ANA", "C0OPS")
                     first_sink.wait_for("kimi-02", ReplicaPhase.RESIZING)
                     first.close()
                     left = store.rollout(record.id)

@@ -1,0 +1,124 @@
+"""The fleet commands through the bot core, end to end: a real sglang-router 0.3.2 in front of
+three simulated replicas with their agents, a SQLite store through Alembic, and a load generator
+through the router for the whole time."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bot.chat.fleet_commands import attach_fleets
+from bot.chat.policy import Actor
+from bot.chat.replies import (
+    FleetProposalReply,
+    FleetRefusalReply,
+    FleetsReply,
+    ProblemReply,
+    RefusalReply,
+    RolloutReply,
+)
+from bot.fleet import ReplicaPhase, RolloutState, RolloutView, RouterApi
+from bot.store import RevisionOutcome
+from tests.chat._core_fixtures import (
+    RecordingFrontEnd,
+    chat_settings,
+    migrated_store,
+    running_core,
+)
+from tests.fleet._rig import LoadGenerator, fleet_of, wait_for_traffic
+from tests.fleet._routers import VERSIONS
+
+ANA, BEN, EVE = Actor("ana"), Actor("ben"), Actor("eve")
+#: The field notes' host (8 ranks): ratio 4 is 44.77 GB per rank, 8 x 44.77 = 358.2 GB in all.
+RATIO_4 = re.compile(r"^ratio 4: 8 x 44\.77 GB/rank = 358\.2 GB of \d+\.\d GB budget$")
+
+
+@dataclass
+class FleetFront(RecordingFrontEnd):
+    """The recording front end, which also keeps every rollout view and replica end."""
+
+    rollouts: list[RolloutView] = field(default_factory=list)
+    ended: list[tuple[int, str, ReplicaPhase]] = field(default_factory=list)
+
+    def rollout(self, view: RolloutView) -> None:
+        with self.lock:
+            self.rollouts.append(view)
+
+    def replica_ended(self, view: RolloutView, host: str) -> None:
+        with self.lock:
+            self.ended.append((view.id, host, view.replica(host).phase))
+
+
+@pytest.mark.slow
+def test_a_fleet_resize_is_proposed_applied_listed_and_rolled_back(tmp_path: Path) -> None:
+    """A size no host holds is refused naming each host; ratio 4 is proposed with a line per
+    replica, refused to a non-applier, applied by an applier and rolled out with no failed
+    request (each replica's proposal ends ready); 'fleets' shows the new configs; 'rollback
+    fleet' returns every replica to its old config."""
+    with fleet_of(tmp_path, VERSIONS[RouterApi.BY_ID]) as fleet:
+        config = fleet.settings()
+        settings = chat_settings({r.host: r.agent.url for r in fleet.replicas})
+        front = FleetFront()
+        with (
+            migrated_store(tmp_path) as store,
+            running_core(settings, store, front) as core,
+            LoadGenerator(fleet.router.url) as load,
+        ):
+            desk = attach_fleets(core.context, store, {"prod": config}, front, event_wait_s=0.5)
+            wait_for_traffic(load)
+
+            unknown = core.handle("restart fleet staging", ANA)
+            assert isinstance(unknown, ProblemReply)
+            assert unknown.text == "there is no fleet 'staging' (fleets: prod)"
+
+            too_big = core.handle("resize size 900 fleet prod", BEN)
+            assert isinstance(too_big, FleetRefusalReply)
+            assert [host for host, _ in too_big.refusal.reasons] == list(config.hosts)
+            assert all("900" in why or "GB" in why for _, why in too_big.refusal.reasons)
+
+            proposal = core.handle("resize ratio 4 fleet prod", BEN)
+            assert isinstance(proposal, FleetProposalReply), proposal
+            lines = proposal.rollout.replicas
+            assert [line.host for line in lines] == list(config.hosts)
+            for line in lines:
+                assert RATIO_4.match(line.planned or ""), line.planned
+            assert all(line.old_config == "size 20 GB/rank" for line in lines), lines
+            assert proposal.id == lines[0].proposal_id
+
+            refused = core.handle(f"apply {proposal.id}", EVE)
+            assert isinstance(refused, RefusalReply)
+
+            started = core.handle(f"apply {proposal.id}", ANA)
+            assert isinstance(started, RolloutReply), started
+            done = desk.wait(started.view.id, timeout_s=300)
+            assert done is not None, "the rollout did not end within 300 s"
+            assert done.state is RolloutState.DONE, done
+            for line in store.rollout(done.id).replicas:
+                assert line.proposal_id is not None
+                revision = store.revision(store.proposal(line.proposal_id).revision_id)
+                assert revision.outcome is RevisionOutcome.READY
+                assert revision.applied_by == "ana"
+
+            listed = core.handle("fleets", BEN)
+            assert isinstance(listed, FleetsReply)
+            (prod,) = listed.fleets
+            assert prod.running is None
+            configs = [h.status.effective for h in prod.replicas if h.status]
+            assert configs == ["ratio 4 x device pool"] * 3
+
+            undo = core.handle("rollback fleet prod", ANA)
+            assert isinstance(undo, RolloutReply), undo
+            undone = desk.wait(undo.view.id, timeout_s=300)
+            assert undone is not None, "the rollback did not end within 300 s"
+            assert undone.state is RolloutState.DONE, undone
+        assert load.failed == []
+        ends = [(host, phase) for rid, host, phase in front.ended if rid == undone.id]
+        assert ends == [(host, ReplicaPhase.DONE) for host in config.hosts]
+        for replica in fleet.replicas:
+            with replica.client() as client:
+                hicache = client.status().hicache
+            assert hicache is not None
+            assert (hicache.ratio, hicache.size_gb) == (None, 20)
