@@ -385,6 +385,9 @@ class AgentStatus:
     fingerprint: str
     problems: tuple[str, ...]
     raw: Json = field(repr=False, compare=False)
+    #: The server's URL as a fleet's router reaches it (``[agent] router_url``, else its own
+    #: URL); None from agents older than this field.
+    router_url: str | None = None
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -431,4 +434,5 @@ class AgentStatus:
             fingerprint=str(status.get("fingerprint") or ""),
             problems=texts(status, "problems", where),
             raw=dict(status),
+            router_url=optional(server, "router_url", str, f"{where}'s server"),
         )

@@ -92,7 +92,11 @@ class AgentService:
     def status(self) -> dict[str, Any]:
         """The ``/v1/status`` body, with the running operation if there is one."""
         current = self.manager.current()
-        return status_body(self.facts.snapshot(), None if current is None else current.to_dict())
+        return status_body(
+            self.facts.snapshot(),
+            None if current is None else current.to_dict(),
+            self.settings.router_url or self.settings.server_url,
+        )
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
         return self.facts.plan(request)

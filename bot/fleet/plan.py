@@ -83,23 +83,32 @@ def plan_fleet(
     """Each replica's line (its plan for a resize, its config now), or the refusal of the whole
     rollout."""
 
-    def current(host: str) -> str | None:
+    def current(host: str) -> AgentStatus | None:
         try:
-            return agents[host].status().effective
+            return agents[host].status()
         except AgentError:
             return None
 
     changes: dict[str, PlannedChange] = {}
 
     def one(host: str) -> tuple[ReplicaView, str | None]:
-        old = current(host)
+        status = current(host)
+        old = None if status is None else status.effective
+        url = fleet.url(host, None if status is None else status.router_url)
+        if url is None:
+            why = (
+                f"no URL for {host} in the router: its agent "
+                f"{'did not answer' if status is None else 'does not report router_url'} and "
+                f"[fleets.{fleet.name}] replica_urls names none (set [agent] router_url)"
+            )
+            return ReplicaView(host, "", planned="no URL", old_config=old), why
         if change.kind is not OperationKind.RESIZE:
             new = old if change.kind is OperationKind.RESTART else None
-            return ReplicaView(host, fleet.url(host), old_config=old, new_config=new), None
+            return ReplicaView(host, url, old_config=old, new_config=new), None
         try:
             planned = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb)
         except AgentError as exc:
-            return ReplicaView(host, fleet.url(host), planned="no plan", old_config=old), str(exc)
+            return ReplicaView(host, url, planned="no plan", old_config=old), str(exc)
         changes[host] = planned
         plan = planned.plan
         if plan.per_rank_gb is None:
@@ -110,9 +119,7 @@ def plan_fleet(
                 figure += f" = {plan.total_gb:.1f} GB"
             if plan.budget_gb is not None:
                 figure += f" of {plan.budget_gb:.1f} GB budget"
-        line = ReplicaView(
-            host, fleet.url(host), planned=figure, old_config=old, new_config=plan.setting
-        )
+        line = ReplicaView(host, url, planned=figure, old_config=old, new_config=plan.setting)
         return line, None if plan.fits else plan.reason
 
     with ThreadPoolExecutor(max_workers=len(fleet.hosts)) as pool:

@@ -160,7 +160,8 @@ class RolloutRunner:
         return None
 
     def _replica(self, host: str) -> None:
-        url = self.fleet.url(host)
+        assert self._view is not None
+        url = self._view.replica(host).url  # as planned: the setting's, or the agent's word
         started = self.clock.monotonic()
         phase = self._phase(host)
         operation_id = self._view.replica(host).operation_id if self._view else None
@@ -220,7 +221,7 @@ class RolloutRunner:
                 fingerprint=fingerprint,
             )
         except AgentError as exc:
-            self._restore(host, self.fleet.url(host))
+            self._restore(host, self._view.replica(host).url if self._view else "")
             self._set(host, phase=ReplicaPhase.UNCHANGED, detail=str(exc))
             raise _Stop(f"{host}'s agent did not start the change: {exc}") from exc
         self._set(host, operation_id=operation.id)

@@ -98,7 +98,7 @@ def test_a_bot_stopped_mid_rollout_is_resumed_by_the_next_one(tmp_path: Path) ->
                 ]
                 assert left.replicas[1].phase is ReplicaPhase.RESIZING
                 with RouterClient(fleet.router.url) as router:
-                    assert router.worker(config.url("kimi-02")) is None
+                    assert router.worker(fleet.url("kimi-02")) is None
 
                 second_sink = Sink()
                 with Store(url) as store:
@@ -122,7 +122,7 @@ def test_a_bot_stopped_mid_rollout_is_resumed_by_the_next_one(tmp_path: Path) ->
         assert second_sink.ended == ["kimi-02", "kimi-03"]
         assert load.failed == []
         with RouterClient(fleet.router.url) as router:
-            assert all(router.worker(config.url(h)) is not None for h in config.hosts)
+            assert all(router.worker(fleet.url(h)) is not None for h in config.hosts)
         for replica, line in zip(fleet.replicas, stored.replicas, strict=True):
             with replica.client() as client:
                 hicache = client.status().hicache
