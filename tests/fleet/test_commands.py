@@ -5,11 +5,14 @@ through the router for the whole time."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from bot.chat.core import ChatCore
 from bot.chat.fleet_commands import attach_fleets
 from bot.chat.policy import Actor
 from bot.chat.replies import (
@@ -20,15 +23,23 @@ from bot.chat.replies import (
     RefusalReply,
     RolloutReply,
 )
-from bot.fleet import ReplicaPhase, RolloutState, RolloutView, RouterApi
-from bot.store import RevisionOutcome
+from bot.fleet import (
+    FleetChange,
+    FleetRefusal,
+    ReplicaPhase,
+    RolloutState,
+    RolloutView,
+    RouterApi,
+)
+from bot.store import RevisionOutcome, Store
+from bot.vocab import OperationKind
 from tests.chat._core_fixtures import (
     RecordingFrontEnd,
     chat_settings,
     migrated_store,
     running_core,
 )
-from tests.fleet._rig import LoadGenerator, fleet_of, wait_for_traffic
+from tests.fleet._rig import Fleet, LoadGenerator, fleet_of, wait_for_traffic
 from tests.fleet._routers import VERSIONS
 
 ANA, BEN, EVE = Actor("ana"), Actor("ben"), Actor("eve")
@@ -52,22 +63,29 @@ class FleetFront(RecordingFrontEnd):
             self.ended.append((view.id, host, view.replica(host).phase))
 
 
+@contextmanager
+def _core(tmp_path: Path, fleet: Fleet, front: FleetFront) -> Iterator[tuple[ChatCore, Store]]:
+    """A bot core on the rig's agents with the fleet desk attached, its store migrated."""
+    settings = chat_settings({r.host: r.agent.url for r in fleet.replicas})
+    with migrated_store(tmp_path) as store, running_core(settings, store, front) as core:
+        attach_fleets(core.context, store, {"prod": fleet.settings()}, front, event_wait_s=0.5)
+        yield core, store
+
+
 @pytest.mark.slow
-def test_a_fleet_resize_is_proposed_applied_listed_and_rolled_back(tmp_path: Path) -> None:
+def test_a_fleet_resize_is_refused_or_proposed_then_applied_and_listed(tmp_path: Path) -> None:
     """A size no host holds is refused naming each host; ratio 4 is proposed with a line per
     replica, refused to a non-applier, applied by an applier and rolled out with no failed
-    request (each replica's proposal ends ready); 'fleets' shows the new configs; 'rollback
-    fleet' returns every replica to its old config."""
+    request, each replica's own proposal ending ready; 'fleets' shows the new configs."""
     with fleet_of(tmp_path, VERSIONS[RouterApi.BY_ID]) as fleet:
         config = fleet.settings()
-        settings = chat_settings({r.host: r.agent.url for r in fleet.replicas})
         front = FleetFront()
         with (
-            migrated_store(tmp_path) as store,
-            running_core(settings, store, front) as core,
+            _core(tmp_path, fleet, front) as (core, store),
             LoadGenerator(fleet.router.url) as load,
         ):
-            desk = attach_fleets(core.context, store, {"prod": config}, front, event_wait_s=0.5)
+            desk = core.context.fleets
+            assert desk is not None
             wait_for_traffic(load)
 
             unknown = core.handle("restart fleet staging", ANA)
@@ -77,7 +95,7 @@ def test_a_fleet_resize_is_proposed_applied_listed_and_rolled_back(tmp_path: Pat
             too_big = core.handle("resize size 900 fleet prod", BEN)
             assert isinstance(too_big, FleetRefusalReply)
             assert [host for host, _ in too_big.refusal.reasons] == list(config.hosts)
-            assert all("900" in why or "GB" in why for _, why in too_big.refusal.reasons)
+            assert store.unfinished_rollouts() == []
 
             proposal = core.handle("resize ratio 4 fleet prod", BEN)
             assert isinstance(proposal, FleetProposalReply), proposal
@@ -85,7 +103,7 @@ def test_a_fleet_resize_is_proposed_applied_listed_and_rolled_back(tmp_path: Pat
             assert [line.host for line in lines] == list(config.hosts)
             for line in lines:
                 assert RATIO_4.match(line.planned or ""), line.planned
-            assert all(line.old_config == "size 20 GB/rank" for line in lines), lines
+                assert line.old_config == "size 20 GB/rank"
             assert proposal.id == lines[0].proposal_id
 
             refused = core.handle(f"apply {proposal.id}", EVE)
@@ -108,17 +126,52 @@ def test_a_fleet_resize_is_proposed_applied_listed_and_rolled_back(tmp_path: Pat
             assert prod.running is None
             configs = [h.status.effective for h in prod.replicas if h.status]
             assert configs == ["ratio 4 x device pool"] * 3
+        assert load.failed == []
+
+
+@pytest.mark.slow
+def test_rollback_fleet_undoes_only_what_the_last_rollout_changed(tmp_path: Path) -> None:
+    """With no rollout yet, 'rollback fleet' says there is nothing to undo; after a rollout that
+    changed kimi-01 alone, it returns kimi-01 to its old config and leaves kimi-02 untouched."""
+    with fleet_of(tmp_path, VERSIONS[RouterApi.BY_ID], count=2) as fleet:
+        front = FleetFront()
+        with (
+            _core(tmp_path, fleet, front) as (core, _store),
+            LoadGenerator(fleet.router.url) as load,
+        ):
+            desk = core.context.fleets
+            assert desk is not None
+            wait_for_traffic(load)
+            nothing = core.handle("rollback fleet prod", ANA)
+            assert nothing == ProblemReply("fleet prod's last rollout changed no replica to undo")
+
+            planned = desk.plan("prod", FleetChange(OperationKind.RESIZE, ratio=4))
+            assert not isinstance(planned, FleetRefusal), planned
+            # A rollout over kimi-01 alone: the last rollout changed it and nothing else.
+            only_first = planned.replicas[:1]
+            record = desk.begin(
+                "prod", FleetChange(OperationKind.RESIZE, ratio=4), only_first, "ana", "C0OPS"
+            )
+            changed = desk.wait(record.id, timeout_s=300)
+            assert changed is not None, "the resize did not end within 300 s"
+            assert changed.changed == ("kimi-01",)
 
             undo = core.handle("rollback fleet prod", ANA)
             assert isinstance(undo, RolloutReply), undo
+            assert [line.host for line in undo.view.replicas] == ["kimi-01"]
             undone = desk.wait(undo.view.id, timeout_s=300)
             assert undone is not None, "the rollback did not end within 300 s"
             assert undone.state is RolloutState.DONE, undone
         assert load.failed == []
         ends = [(host, phase) for rid, host, phase in front.ended if rid == undone.id]
-        assert ends == [(host, ReplicaPhase.DONE) for host in config.hosts]
+        assert ends == [("kimi-01", ReplicaPhase.DONE)]
         for replica in fleet.replicas:
             with replica.client() as client:
                 hicache = client.status().hicache
+                kinds = [op.kind for op in client.operations(20) if op.actor == "ana"]
             assert hicache is not None
             assert (hicache.ratio, hicache.size_gb) == (None, 20)
+            if replica.host == "kimi-01":
+                assert kinds == [OperationKind.ROLLBACK, OperationKind.RESIZE]
+            else:
+                assert kinds == []
