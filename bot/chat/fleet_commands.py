@@ -147,11 +147,13 @@ def _shown_id(record: RolloutRecord) -> int:
 
 
 def _terms(record: RolloutRecord, shown: ProposalTerms) -> ProposalTerms:
-    """The rollout as one proposal to policy: its first replica's, settled as the rollout is."""
-    state = {
-        RolloutState.PROPOSED: ProposalState.OPEN,
-        RolloutState.CANCELLED: ProposalState.EXPIRED,
-    }.get(record.state, ProposalState.APPLIED)
+    """The rollout as one proposal to policy: its first replica's (the one shown, which a
+    Cancel settles), or once the rollout has started, settled by whoever started it."""
+    if record.state is RolloutState.PROPOSED:
+        return replace(shown, host=f"fleet {record.fleet}")
+    state = (
+        ProposalState.EXPIRED if record.state is RolloutState.CANCELLED else (ProposalState.APPLIED)
+    )
     return replace(
         shown,
         host=f"fleet {record.fleet}",

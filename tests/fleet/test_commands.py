@@ -16,6 +16,7 @@ from bot.chat.core import ChatCore
 from bot.chat.fleet_commands import attach_fleets
 from bot.chat.policy import Actor
 from bot.chat.replies import (
+    CancelledReply,
     FleetProposalReply,
     FleetRefusalReply,
     FleetsReply,
@@ -26,6 +27,7 @@ from bot.chat.replies import (
 from bot.fleet import (
     FleetChange,
     FleetRefusal,
+    FleetSettings,
     ReplicaPhase,
     RolloutState,
     RolloutView,
@@ -39,6 +41,7 @@ from tests.chat._core_fixtures import (
     migrated_store,
     running_core,
 )
+from tests.chat.conftest import SimHost, agent_on_sim
 from tests.fleet._rig import Fleet, LoadGenerator, fleet_of, wait_for_traffic
 from tests.fleet._routers import VERSIONS
 
@@ -175,3 +178,26 @@ def test_rollback_fleet_undoes_only_what_the_last_rollout_changed(tmp_path: Path
                 assert kinds == [OperationKind.ROLLBACK, OperationKind.RESIZE]
             else:
                 assert kinds == []
+
+
+def test_a_cancelled_fleet_proposal_cannot_be_applied(tmp_path: Path) -> None:
+    """Cancel on a fleet proposal (its shown number) settles it: a later apply is refused as
+    cancelled, the rollout stays unstarted and the agent runs nothing. One real agent on the
+    simulator; the router is never called before an apply, so its URL names nothing."""
+    with agent_on_sim(tmp_path / "kimi-01", SimHost()) as agent:
+        settings = chat_settings({"kimi-01": agent.url})
+        fleet = FleetSettings("prod", "http://127.0.0.1:9", ("kimi-01",))
+        front = FleetFront()
+        with migrated_store(tmp_path) as store, running_core(settings, store, front) as core:
+            attach_fleets(core.context, store, {"prod": fleet}, front)
+            proposal = core.handle("resize ratio 4 fleet prod", BEN)
+            assert isinstance(proposal, FleetProposalReply), proposal
+            with agent.http() as http:
+                before = http.get("/v1/operations").json()
+            assert isinstance(core.handle(f"cancel {proposal.id}", BEN), CancelledReply)
+            refused = core.handle(f"apply {proposal.id}", ANA)
+            assert isinstance(refused, RefusalReply), refused
+            assert "cancelled" in refused.text
+            assert store.rollout(proposal.rollout.id).state is RolloutState.PROPOSED
+            with agent.http() as http:
+                assert http.get("/v1/operations").json() == before
