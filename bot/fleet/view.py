@@ -11,7 +11,14 @@ from dataclasses import dataclass, replace
 from bot.store.records import FINAL_ROLLOUT_STATES, ReplicaPhase, RolloutState
 from bot.store.records import RolloutReplicaRecord as ReplicaView
 
-__all__ = ["ReplicaPhase", "ReplicaView", "RolloutState", "RolloutView"]
+__all__ = [
+    "ReplicaFacts",
+    "ReplicaPhase",
+    "ReplicaView",
+    "RolloutState",
+    "RolloutView",
+    "replica_facts",
+]
 
 # A replica's line is the store's record itself (its phase, plan, operation, revision, old and
 # new config): one type from the runner to the database and back, so nothing is copied field by
@@ -54,3 +61,29 @@ class RolloutView:
     @property
     def finished(self) -> bool:
         return self.state in FINAL_ROLLOUT_STATES
+
+
+@dataclass(frozen=True)
+class ReplicaFacts:
+    """What a front end shows after a replica's phase, each part None when there is nothing to
+    say: ``change`` ("size 20 GB/rank -> ratio 4"), the running agent operation, the seconds it
+    was out of the router, the detail (a drain timeout, a failure)."""
+
+    change: str | None
+    operation: str | None
+    out: str | None
+    detail: str | None
+
+
+def replica_facts(line: ReplicaView) -> ReplicaFacts:
+    """The same facts for every surface; each lays them out in its own wording module."""
+    change = None
+    if line.old_config and line.new_config and line.old_config != line.new_config:
+        change = f"{line.old_config} -> {line.new_config}"
+    running = line.operation_id is not None and line.seconds is None
+    return ReplicaFacts(
+        change=change,
+        operation=f"agent operation {line.operation_id}" if running else None,
+        out=None if line.seconds is None else f"out of the router {line.seconds:.1f} s",
+        detail=line.detail or None,
+    )

@@ -23,7 +23,13 @@ from bot.chat.replies import (
     RolloutReply,
 )
 from bot.chat.wording import hhmm
-from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet.view import (
+    ReplicaPhase,
+    ReplicaView,
+    RolloutState,
+    RolloutView,
+    replica_facts,
+)
 from bot.slack._blocks import SlackMessage, actions, button, context, message, section
 from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION
 
@@ -55,16 +61,11 @@ def _who(user: str) -> str:
 
 
 def _line(line: ReplicaView) -> str:
-    parts = [f"{_MARK[line.phase]} *{line.host}*  {_PHASE[line.phase]}"]
-    if line.old_config and line.new_config and line.old_config != line.new_config:
-        parts.append(f"{line.old_config} -> {line.new_config}")
-    if line.operation_id is not None and line.seconds is None:
-        parts.append(f"agent operation {line.operation_id}")
-    if line.seconds is not None:
-        parts.append(f"(out of the router {line.seconds:.1f} s)")
-    if line.detail:
-        parts.append(f"_{line.detail}_")
-    return "  ".join(parts)
+    facts = replica_facts(line)
+    out = None if facts.out is None else f"({facts.out})"
+    detail = None if facts.detail is None else f"_{facts.detail}_"
+    head = f"{_MARK[line.phase]} *{line.host}*  {_PHASE[line.phase]}"
+    return "  ".join([head, *(p for p in (facts.change, facts.operation, out, detail) if p)])
 
 
 def _head(view: RolloutView) -> str:

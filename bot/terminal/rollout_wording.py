@@ -16,7 +16,7 @@ from bot.chat.replies import (
     RolloutReply,
 )
 from bot.chat.wording import hhmm
-from bot.fleet.view import ReplicaView, RolloutState, RolloutView
+from bot.fleet.view import ReplicaView, RolloutState, RolloutView, replica_facts
 
 __all__ = ["fleet_reply_lines", "replica_end_line", "rollout_lines"]
 
@@ -24,16 +24,11 @@ _WIDTH = 11  # the longest phase, "rolled_back"
 
 
 def _replica(line: ReplicaView) -> str:
-    parts = [f"  {line.host}  {line.phase.value:<{_WIDTH}}"]
-    if line.old_config and line.new_config and line.old_config != line.new_config:
-        parts.append(f"{line.old_config} -> {line.new_config}")
-    if line.operation_id is not None and line.seconds is None:
-        parts.append(f"agent operation {line.operation_id}")
-    if line.seconds is not None:
-        parts.append(f"out of the router {line.seconds:.1f} s")
-    if line.detail:
-        parts.append(f"({line.detail})")
-    return "  ".join(parts).rstrip()
+    facts = replica_facts(line)
+    detail = None if facts.detail is None else f"({facts.detail})"
+    parts = [facts.change, facts.operation, facts.out, detail]
+    head = f"  {line.host}  {line.phase.value:<{_WIDTH}}"
+    return "  ".join([head, *(p for p in parts if p)]).rstrip()
 
 
 def rollout_lines(view: RolloutView) -> list[str]:
