@@ -389,6 +389,9 @@ class AgentStatus:
     # The server's /metrics as figures; None from an agent that does not send them (older
     # than the field) or a server that serves none.
     metrics: ServerMetrics | None = None
+    #: The server's URL as a fleet's router reaches it (``[agent] router_url``, else its own
+    #: URL); None from agents older than this field.
+    router_url: str | None = None
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -436,6 +439,7 @@ class AgentStatus:
             problems=texts(status, "problems", where),
             raw=dict(status),
             metrics=_metrics(status.get("metrics"), f"{where}'s metrics"),
+            router_url=optional(server, "router_url", str, f"{where}'s server"),
         )
 
 

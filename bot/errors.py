@@ -33,6 +33,10 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     ├── StoreError .............. the database refused or failed a read or a write
     │   ├── MigrationError ...... the schema cannot be brought to the expected revision
     │   └── SchedulerLocked ..... another live bot process runs the report scheduler on it
+    ├── FleetError .............. a rollout cannot be planned, started or carried on
+    │   ├── FleetBusy ........... another rollout of the fleet is running (which, since when)
+    │   └── RouterError ......... the router did not give an answer the rollout can use
+    │       └── RouterUnsupported  the router speaks no worker API kimi-ops knows
     ├── SimError ................ the simulator was given a profile or a setting it cannot use
     └── DemoError ............... ``make demo``'s machine (agent, simulator) did not come up
 
@@ -64,6 +68,8 @@ __all__ = [
     "CommandLineError",
     "ConfigError",
     "DemoError",
+    "FleetBusy",
+    "FleetError",
     "GpuProbeError",
     "GpusBusyError",
     "InputError",
@@ -77,6 +83,8 @@ __all__ = [
     "PlanRefused",
     "ProbeError",
     "RamProbeError",
+    "RouterError",
+    "RouterUnsupported",
     "SchedulerLocked",
     "ServerControlError",
     "SimError",
@@ -249,3 +257,23 @@ class SimError(KimiOpsError):
 
 class DemoError(KimiOpsError):
     """``make demo``'s machine did not come up: the agent exited or never listened."""
+
+
+class FleetError(KimiOpsError):
+    """A rollout cannot be planned, started or carried on."""
+
+
+class FleetBusy(FleetError):
+    """Another rollout of the fleet is running: a fleet changes one rollout at a time."""
+
+    def __init__(self, message: str, rollout_id: int) -> None:
+        super().__init__(message)
+        self.rollout_id = rollout_id
+
+
+class RouterError(FleetError):
+    """The router could not be reached, refused a call, or sent what kimi-ops cannot read."""
+
+
+class RouterUnsupported(RouterError):
+    """The router answers none of the worker APIs of sglang-router 0.1.x, 0.2.x or 0.3.x."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from bot.agent.tokens import TokenSet, parse_tokens
 from bot.errors import ConfigError
@@ -48,6 +49,7 @@ _KNOWN_KEYS = (
     "backend",
     "command",
     "server_url",
+    "router_url",
     "state_dir",
     "log_file",
     "unit",
@@ -98,6 +100,8 @@ class AgentSettings:
     backend: str = "process"
     command: tuple[str, ...] = ()
     server_url: str = "http://127.0.0.1:30000"
+    #: The server's URL as SGLang's router reaches it (a fleet's replica); None: ``server_url``.
+    router_url: str | None = None
     state_dir: Path = Path("/var/lib/kimi-ops/agent")
     log_file: Path = Path("/var/lib/kimi-ops/agent/server.log")
     unit: str = "sglang-kimi.service"
@@ -129,6 +133,18 @@ class AgentSettings:
     def tls(self) -> bool:
         """Whether the agent serves HTTPS (both PEM paths are set)."""
         return self.tls_cert is not None and self.tls_key is not None
+
+
+def _router_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"[agent] router_url {value!r} is not an http(s) URL; give the server's URL as the "
+            "router reaches it, e.g. http://10.0.0.11:30000"
+        )
+    return value.rstrip("/")
 
 
 def load_agent_settings(path: Path, environ: Mapping[str, str]) -> AgentSettings:
@@ -167,6 +183,7 @@ def agent_settings_from_config(
         backend=backend,
         command=command,
         server_url=section.text("server_url", "http://127.0.0.1:30000").rstrip("/"),
+        router_url=_router_url(section.optional_text("router_url")),
         state_dir=state_dir,
         log_file=log_file,
         unit=section.text("unit", "sglang-kimi.service"),

@@ -100,7 +100,12 @@ class AgentService:
         # Only a server that answers /health 200 serves /metrics; do not wait on one starting.
         up = snap.server.state is ServerState.RUNNING and snap.server.health_code == 200
         metrics = self.sglang.server_metrics() if up else None
-        return status_body(snap, None if current is None else current.to_dict(), metrics)
+        return status_body(
+            snap,
+            None if current is None else current.to_dict(),
+            metrics,
+            self.settings.router_url or self.settings.server_url,
+        )
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
         return self.facts.plan(request)

@@ -21,23 +21,30 @@ VERBS: tuple[str, ...] = (
     "history",
     "hosts",
     "report",
+    "fleets",
+    "resume",
 )
 
 USAGE: dict[str, str] = {
     "help": "help | status [host] | resize ratio <R> [host] | resize size <GB> [host] | "
     "apply <proposal> | cancel <proposal> | restart [host] | rollback [revision] [host] | "
     "history [n] [host] | hosts | report [host] | report every <interval> | "
-    "report daily HH:MM | report off | report schedules",
+    "report daily HH:MM | report off | report schedules | fleets | "
+    "resize ratio <R> fleet <name> | restart fleet <name> | rollback fleet <name> | "
+    "resume fleet <name>",
     "status": "status [host]",
-    "resize": "resize ratio <R> [host] | resize size <GB> [host]",
+    "resize": "resize ratio <R> [host] | resize size <GB> [host] | "
+    "resize ratio <R> fleet <name> | resize size <GB> fleet <name>",
     "apply": "apply <proposal>",
     "cancel": "cancel <proposal>",
-    "restart": "restart [host]",
-    "rollback": "rollback [revision] [host]",
+    "restart": "restart [host] | restart fleet <name>",
+    "rollback": "rollback [revision] [host] | rollback fleet <name>",
     "history": "history [n] [host]",
     "hosts": "hosts",
     "report": "report [host] | report every <interval> | report daily HH:MM | report off | "
     "report schedules",
+    "fleets": "fleets",
+    "resume": "resume fleet <name>",
 }
 
 #: (example, what it does), as help shows them; ``{zone}`` is where ``report daily`` is read.
@@ -57,6 +64,11 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("report daily 09:30", "a capacity report here every day at 09:30 {zone}"),
     ("report off", "stop this channel's scheduled reports"),
     ("report schedules", "the scheduled reports"),
+    ("fleets", "the fleets, each replica with its config"),
+    ("resize ratio 4 fleet prod", "propose ratio 4 on every replica of fleet prod, one by one"),
+    ("restart fleet prod", "restart fleet prod's replicas one by one, out of the router"),
+    ("rollback fleet prod", "undo the replicas fleet prod's last rollout changed"),
+    ("resume fleet prod", "carry on fleet prod's stopped or unfinished rollout"),
 )
 
 

@@ -9,6 +9,11 @@ __all__ = [
     "Apply",
     "Cancel",
     "Command",
+    "FleetResize",
+    "FleetRestart",
+    "FleetResume",
+    "FleetRollback",
+    "Fleets",
     "Help",
     "History",
     "Hosts",
@@ -105,6 +110,42 @@ class ReportSchedules:
     pass
 
 
+@dataclass(frozen=True)
+class FleetResize:
+    """``resize ratio <R> fleet <name>`` / ``resize size <GB> fleet <name>``: a proposal for
+    every replica; exactly one of ``ratio`` and ``size_gb`` is set."""
+
+    fleet: str
+    ratio: float | None = None
+    size_gb: int | None = None
+
+
+@dataclass(frozen=True)
+class FleetRestart:
+    """``restart fleet <name>``: every replica restarted one by one, out of the router."""
+
+    fleet: str
+
+
+@dataclass(frozen=True)
+class FleetRollback:
+    """``rollback fleet <name>``: undo the replicas the fleet's last rollout changed."""
+
+    fleet: str
+
+
+@dataclass(frozen=True)
+class FleetResume:
+    """``resume fleet <name>``: carry on the fleet's stopped or unfinished rollout."""
+
+    fleet: str
+
+
+@dataclass(frozen=True)
+class Fleets:
+    """``fleets``: every fleet with its replicas' configs."""
+
+
 Command = (
     Help
     | Status
@@ -120,4 +161,9 @@ Command = (
     | ReportDaily
     | ReportOff
     | ReportSchedules
+    | FleetResize
+    | FleetRestart
+    | FleetRollback
+    | FleetResume
+    | Fleets
 )

@@ -19,13 +19,18 @@ from typing import Any
 
 import httpx
 
-from bot.chat import handlers
+from bot.chat import fleet_commands, handlers
 from bot.chat.agent_client import connect
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings
 from bot.chat.grammar import (
     Apply,
     Cancel,
+    FleetResize,
+    FleetRestart,
+    FleetResume,
+    FleetRollback,
+    Fleets,
     Help,
     History,
     Hosts,
@@ -55,7 +60,7 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     Status: handlers.status,
     Hosts: handlers.hosts,
     Resize: handlers.resize,
-    Apply: handlers.apply,
+    Apply: fleet_commands.apply,  # a fleet's proposal starts its rollout; others go to the host
     Cancel: handlers.cancel,
     Restart: handlers.restart,
     Rollback: handlers.rollback,
@@ -65,6 +70,11 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     ReportDaily: handlers.report_daily,
     ReportOff: handlers.report_off,
     ReportSchedules: handlers.report_schedules,
+    FleetResize: fleet_commands.fleet_resize,
+    FleetRestart: fleet_commands.fleet_restart,
+    FleetRollback: fleet_commands.fleet_rollback,
+    FleetResume: fleet_commands.fleet_resume,
+    Fleets: fleet_commands.fleets,
 }
 
 
@@ -103,6 +113,8 @@ class ChatCore:
         watches = [w for w in self.context.audit.unfinished() if w.host in self.context.clients]
         for watch in watches:
             self.context.watchers.ensure(watch)
+        if self.context.fleets is not None:
+            self.context.fleets.resume()  # rollouts a stopped bot left running
         return watches
 
     def wait(self, watch: Watch, timeout_s: float | None = None) -> ProgressView | None:
@@ -113,6 +125,8 @@ class ChatCore:
         return watcher.final
 
     def close(self) -> None:
+        if self.context.fleets is not None:
+            self.context.fleets.close()  # halted where they stand; the next bot resumes them
         self.context.watchers.stop_all()
         for client in self.context.clients.values():
             client.close()

@@ -28,6 +28,11 @@ from bot.chat.commands import (
     Apply,
     Cancel,
     Command,
+    FleetResize,
+    FleetRestart,
+    FleetResume,
+    FleetRollback,
+    Fleets,
     Help,
     History,
     Hosts,
@@ -50,6 +55,11 @@ __all__ = [
     "Apply",
     "Cancel",
     "Command",
+    "FleetResize",
+    "FleetRestart",
+    "FleetResume",
+    "FleetRollback",
+    "Fleets",
     "Help",
     "History",
     "Hosts",
@@ -83,6 +93,8 @@ _PROPOSAL = re.compile(r"#?([0-9]{1,18})", re.ASCII)
 _INTERVAL = re.compile(r"([0-9]{1,6})\s*(m|min|h|d)", re.ASCII)
 _CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})", re.ASCII)
 _UNIT_S = {"m": 60, "min": 60, "h": 3600, "d": 86400}
+#: A fleet's name as ``[fleets.NAME]`` spells it; whether one is configured is the core's check.
+_FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
 
 
 class UsageError(InputError):
@@ -174,6 +186,16 @@ class _Words:
             raise self.unknown_host(self.args[-1], usage_key)
         return None
 
+    def take_fleet(self) -> str | None:
+        """Take a trailing ``fleet <name>``: the command then acts on a fleet, not a host."""
+        if len(self.args) < 2 or self.args[-2].lower() != "fleet":
+            return None
+        name = self.args.pop()
+        self.args.pop()
+        if not _FLEET_NAME.fullmatch(name):
+            raise self.fail(f"fleet name {_shown(name)} is not a name like prod or kimi-eu")
+        return name
+
     def done(self, usage_key: str | None = None) -> None:
         if self.args:
             raise self.fail(f"unexpected {_shown(self.args[0])}", usage_key)
@@ -199,8 +221,25 @@ def _status(words: _Words) -> Status:
     return Status(host=_only_host(words))
 
 
-def _restart(words: _Words) -> Restart:
+def _restart(words: _Words) -> Restart | FleetRestart:
+    fleet = words.take_fleet()
+    if fleet is not None:
+        words.done()
+        return FleetRestart(fleet)
     return Restart(host=_only_host(words))
+
+
+def _resume(words: _Words) -> FleetResume:
+    fleet = words.take_fleet()
+    if fleet is None:
+        raise words.fail("resume needs the fleet, e.g. 'resume fleet prod'")
+    words.done()
+    return FleetResume(fleet)
+
+
+def _fleets(words: _Words) -> Fleets:
+    words.done()
+    return Fleets()
 
 
 def _hosts(words: _Words) -> Hosts:
@@ -208,12 +247,20 @@ def _hosts(words: _Words) -> Hosts:
     return Hosts()
 
 
-def _resize(words: _Words) -> Resize:
+def _resize(words: _Words) -> Resize | FleetResize:
     if not words.args:
         raise words.fail("resize needs 'ratio <R>' or 'size <GB>'")
     mode = words.args.pop(0).lower()
     if mode not in ("ratio", "size"):
         raise words.fail(f"resize takes 'ratio' or 'size', not {_shown(mode)}")
+    fleet = words.take_fleet()
+    if fleet is not None:
+        if len(words.args) != 1:
+            raise words.fail(f"resize {mode} needs one value before 'fleet {fleet}'")
+        value = words.args.pop()
+        if mode == "ratio":
+            return FleetResize(fleet, ratio=_ratio(words, value))
+        return FleetResize(fleet, size_gb=_size(words, value))
     host = words.take_host(1)
     if not words.args:
         example = "4" if mode == "ratio" else "48"
@@ -290,7 +337,11 @@ def _number_or_host(words: _Words, what: str, maximum: int) -> tuple[int | None,
     return _whole_number(words, value, what, maximum), host
 
 
-def _rollback(words: _Words) -> Rollback:
+def _rollback(words: _Words) -> Rollback | FleetRollback:
+    fleet = words.take_fleet()
+    if fleet is not None:
+        words.done()
+        return FleetRollback(fleet)
     revision, host = _number_or_host(words, "revision number", 2**62)
     return Rollback(revision=revision, host=host)
 
@@ -378,4 +429,6 @@ _PARSERS: dict[str, Callable[[_Words], Command]] = {
     "history": _history,
     "hosts": _hosts,
     "report": _report,
+    "fleets": _fleets,
+    "resume": _resume,
 }

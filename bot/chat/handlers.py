@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from bot.chat._usage import help_lines
 from bot.chat.agent_client import AgentClient
@@ -62,6 +63,9 @@ from bot.reports import Cadence, HostReport
 from bot.store.records import ReportSchedule
 from bot.vocab import OperationKind
 
+if TYPE_CHECKING:
+    from bot.fleet.desk import FleetDesk
+
 __all__ = [
     "REPORTS_PROPOSER",
     "Context",
@@ -105,6 +109,8 @@ class Context:
     import_lock: threading.Lock = field(default_factory=threading.Lock)
     # Capacity reports and their schedules; None where this process has none set up.
     reporter: Reporter | None = None
+    # Fleets and their rollouts; None where no [fleets.*] is configured.
+    fleets: FleetDesk | None = None
 
     def client(self, host: HostSettings) -> AgentClient:
         return self.clients[host.name]

@@ -12,11 +12,17 @@ from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView
 from bot.chat.reporting import ChartImage
+from bot.fleet.plan import FleetRefusal
+from bot.fleet.view import RolloutView
 from bot.reports import HostReport
 from bot.store.records import ReportSchedule
 
 __all__ = [
     "CancelledReply",
+    "FleetAnswer",
+    "FleetProposalReply",
+    "FleetRefusalReply",
+    "FleetsReply",
     "FrontEnd",
     "HelpReply",
     "HistoryReply",
@@ -33,6 +39,7 @@ __all__ = [
     "ReportScheduledReply",
     "ReportSchedulesReply",
     "ReportStoppedReply",
+    "RolloutReply",
     "StatusReply",
     "UsageReply",
 ]
@@ -158,6 +165,48 @@ class ReportSchedulesReply:
     timezone: str
 
 
+@dataclass(frozen=True)
+class FleetProposalReply:
+    """A fleet resize planned on every replica and recorded as proposal ``id`` (each replica
+    has its own proposal; applying this one starts the rollout): ``rollout`` has a line per
+    replica with its plan."""
+
+    id: int
+    rollout: RolloutView
+    proposed_by: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class FleetRefusalReply:
+    """A fleet change refused before any replica was touched: each refused host and why."""
+
+    refusal: FleetRefusal
+
+
+@dataclass(frozen=True)
+class RolloutReply:
+    """A rollout started (or resumed); its progress follows as views of the same rollout."""
+
+    view: RolloutView
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class FleetAnswer:
+    """One fleet: its router, its replicas' status in rollout order, its running rollout."""
+
+    name: str
+    router: str
+    replicas: tuple[HostAnswer, ...]
+    running: RolloutView | None = None
+
+
+@dataclass(frozen=True)
+class FleetsReply:
+    fleets: tuple[FleetAnswer, ...]
+
+
 Reply = (
     HelpReply
     | UsageReply
@@ -173,6 +222,10 @@ Reply = (
     | ReportScheduledReply
     | ReportStoppedReply
     | ReportSchedulesReply
+    | FleetProposalReply
+    | FleetRefusalReply
+    | RolloutReply
+    | FleetsReply
 )
 
 

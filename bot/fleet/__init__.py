@@ -3,23 +3,28 @@
 :func:`load_fleets` reads ``[fleets.NAME]``; :class:`RouterClient` drives the router whichever
 worker API it speaks; :func:`plan_fleet` plans every replica before any is touched;
 :class:`RolloutRunner` takes each replica out, drains it, resizes it through its agent and puts
-it back; :class:`RolloutView` is what a front end shows.
+it back; :class:`FleetDesk` records rollouts in the store, runs them and resumes them after a
+bot restart; :class:`RolloutView` is what a front end shows.
 """
 
 from __future__ import annotations
 
+from bot.errors import FleetBusy, FleetError, RouterError, RouterUnsupported
 from bot.fleet.config import FleetSettings, load_fleets
+from bot.fleet.desk import FleetDesk, RolloutSink, RolloutStore, StoreRolloutLog, view_of
 from bot.fleet.drain import DrainResult, LoadProbe, ReplicaLoad, wait_idle
-from bot.fleet.errors import FleetError, RouterError, RouterUnsupported
-from bot.fleet.plan import FleetChange, FleetRefusal, ReplicaAgent, plan_fleet
+from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import RolloutLog, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker
 from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
 
 __all__ = [
     "DrainResult",
+    "FleetBusy",
     "FleetChange",
+    "FleetDesk",
     "FleetError",
+    "FleetPlan",
     "FleetRefusal",
     "FleetSettings",
     "LoadProbe",
@@ -29,7 +34,9 @@ __all__ = [
     "ReplicaView",
     "RolloutLog",
     "RolloutRunner",
+    "RolloutSink",
     "RolloutState",
+    "RolloutStore",
     "RolloutView",
     "RouterApi",
     "RouterClient",
@@ -37,7 +44,9 @@ __all__ = [
     "RouterSeam",
     "RouterUnsupported",
     "RouterWorker",
+    "StoreRolloutLog",
     "load_fleets",
     "plan_fleet",
+    "view_of",
     "wait_idle",
 ]

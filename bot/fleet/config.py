@@ -7,16 +7,17 @@
     hosts = ["kimi-01", "kimi-02", "kimi-03"]  # [hosts.*] sections, each an agent
     max_unavailable = 1                     # replicas out of the router at once
     drain_timeout_s = 600                   # then SGLang's own SIGTERM drain is the backstop
-    [fleets.prod.replica_urls]              # each host's server as the router reaches it
-    kimi-01 = "http://10.0.0.11:30000"
 
-The agent does not report its server's URL, so ``replica_urls`` names one per host.
+Each host's agent reports its server's URL as the router reaches it (``[agent] router_url``,
+by default its ``server_url``) in ``/v1/status``, so the fleet needs no URL list. The older
+``[fleets.prod.replica_urls]`` table (``kimi-01 = "http://10.0.0.11:30000"``) still works and
+wins over what an agent reports; it may name some hosts only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,7 +45,7 @@ class FleetSettings:
     name: str
     router: str
     hosts: tuple[str, ...]
-    replica_urls: Mapping[str, str]
+    replica_urls: Mapping[str, str] = field(default_factory=dict)
     max_unavailable: int = 1
     drain_timeout_s: float = 600.0
     #: A replica is idle once /get_load showed nothing running or waiting this many polls running.
@@ -53,8 +54,11 @@ class FleetSettings:
     #: How long a replica added back may take to be reported healthy by the router.
     healthy_timeout_s: float = 300.0
 
-    def url(self, host: str) -> str:
-        return self.replica_urls[host]
+    def url(self, host: str, reported: str | None = None) -> str | None:
+        """``host``'s server as the router reaches it: ``replica_urls`` when it names it, else
+        what its agent ``reported`` (``[agent] router_url``)."""
+        found = self.replica_urls.get(host) or reported
+        return None if found is None else found.rstrip("/")
 
 
 def _http_url(where: str, value: str) -> str:
@@ -82,12 +86,9 @@ def _fleet(name: str, table: object, host_names: Collection[str]) -> FleetSettin
     if not isinstance(raw_urls, Mapping):
         raise ConfigError(f"{where} replica_urls must be a table of host = URL")
     urls: dict[str, str] = {}
-    for host in hosts:
-        value = raw_urls.get(host)
+    for host, value in raw_urls.items():
         if not isinstance(value, str):
-            raise ConfigError(
-                f"{where} replica_urls has no URL for {host!r}: the router's name for its server"
-            )
+            raise ConfigError(f"{where} replica_urls.{host} must be a URL in quotes")
         urls[host] = _http_url(f"{where} replica_urls.{host}", value)
     stray = sorted(set(raw_urls) - set(hosts))
     if stray:

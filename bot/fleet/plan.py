@@ -12,17 +12,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.chat.agent_views import AgentOperation, OperationPage, PlannedChange
+from bot.agent_json import AgentOperation, AgentStatus, OperationPage, PlannedChange
 from bot.errors import AgentError
 from bot.fleet.config import FleetSettings
 from bot.fleet.view import ReplicaView
 from bot.vocab import OperationKind
 
-__all__ = ["FleetChange", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
+__all__ = ["FleetChange", "FleetPlan", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
 
 
 class ReplicaAgent(Protocol):
     """What a rollout asks of a host's agent (:class:`bot.chat.agent_client.AgentClient`)."""
+
+    def status(self) -> AgentStatus: ...
 
     def plan(self, ratio: float | None = None, size_gb: int | None = None) -> PlannedChange: ...
 
@@ -66,23 +68,58 @@ class FleetRefusal:
     replicas: tuple[ReplicaView, ...]  # every host's plan, the fitting ones too
 
 
+@dataclass(frozen=True)
+class FleetPlan:
+    """Every replica's line, and for a resize each host's plan as its agent answered it (what a
+    proposal records, fingerprint included)."""
+
+    replicas: tuple[ReplicaView, ...]
+    changes: Mapping[str, PlannedChange]
+
+
 def plan_fleet(
     fleet: FleetSettings, agents: Mapping[str, ReplicaAgent], change: FleetChange
-) -> tuple[ReplicaView, ...] | FleetRefusal:
-    """Each replica's line (its plan for a resize), or the refusal of the whole rollout."""
-    if change.kind is not OperationKind.RESIZE:
-        return tuple(ReplicaView(host, fleet.url(host)) for host in fleet.hosts)
+) -> FleetPlan | FleetRefusal:
+    """Each replica's line (its plan for a resize, its config now), or the refusal of the whole
+    rollout."""
+
+    def current(host: str) -> AgentStatus | None:
+        try:
+            return agents[host].status()
+        except AgentError:
+            return None
+
+    changes: dict[str, PlannedChange] = {}
 
     def one(host: str) -> tuple[ReplicaView, str | None]:
+        status = current(host)
+        old = None if status is None else status.effective
+        url = fleet.url(host, None if status is None else status.router_url)
+        if url is None:
+            why = (
+                f"no URL for {host} in the router: its agent "
+                f"{'did not answer' if status is None else 'does not report router_url'} and "
+                f"[fleets.{fleet.name}] replica_urls names none (set [agent] router_url)"
+            )
+            return ReplicaView(host, "", planned="no URL", old_config=old), why
+        if change.kind is not OperationKind.RESIZE:
+            new = old if change.kind is OperationKind.RESTART else None
+            return ReplicaView(host, url, old_config=old, new_config=new), None
         try:
-            plan = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb).plan
+            planned = agents[host].plan(ratio=change.ratio, size_gb=change.size_gb)
         except AgentError as exc:
-            return ReplicaView(host, fleet.url(host), planned="no plan"), str(exc)
+            return ReplicaView(host, url, planned="no plan", old_config=old), str(exc)
+        changes[host] = planned
+        plan = planned.plan
         if plan.per_rank_gb is None:
             figure = plan.setting
         else:
             figure = f"{plan.setting}: {plan.ranks} x {plan.per_rank_gb:.2f} GB/rank"
-        line = ReplicaView(host, fleet.url(host), planned=figure)
+            if plan.total_gb is not None:
+                figure += f" = {plan.total_gb:.1f} GB"
+            if plan.budget_gb is not None:
+                figure += f" of {plan.budget_gb:.1f} GB budget"
+        line = ReplicaView(host, url, planned=figure, old_config=old, new_config=plan.setting)
         return line, None if plan.fits else plan.reason
 
     with ThreadPoolExecutor(max_workers=len(fleet.hosts)) as pool:
@@ -91,4 +128,4 @@ def plan_fleet(
     reasons = tuple((line.host, why) for line, why in answers if why is not None)
     if reasons:
         return FleetRefusal(fleet.name, change.label, reasons, replicas)
-    return replicas
+    return FleetPlan(replicas, {host: changes[host] for host in fleet.hosts if host in changes})

@@ -19,12 +19,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from bot.chat.agent_views import AgentOperation
+from bot.agent_json import AgentOperation
 from bot.clock import Clock
-from bot.errors import AgentError
+from bot.errors import AgentError, RouterError
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, wait_idle
-from bot.fleet.errors import RouterError
 from bot.fleet.plan import FleetChange, ReplicaAgent
 from bot.fleet.router import RouterWorker
 from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
@@ -58,6 +57,10 @@ class _Stop(Exception):
     """A replica ended the rollout (its line already says why)."""
 
 
+class _Halt(Exception):
+    """The bot is stopping: leave the rollout where it stands, saved, for the next bot."""
+
+
 class RolloutRunner:
     """Carries one rollout to its end; ``on_view`` gets every new view (already saved)."""
 
@@ -71,6 +74,7 @@ class RolloutRunner:
         clock: Clock,
         log: RolloutLog,
         on_view: Callable[[RolloutView], None] = lambda view: None,
+        event_wait_s: float = EVENT_WAIT_S,
     ) -> None:
         self.fleet = fleet
         self.change = change
@@ -80,6 +84,8 @@ class RolloutRunner:
         self.clock = clock
         self.log = log
         self.on_view = on_view
+        self.event_wait_s = event_wait_s
+        self._halted = threading.Event()
         self._lock = threading.Lock()
         self._view: RolloutView | None = None
 
@@ -99,10 +105,21 @@ class RolloutRunner:
         assert self._view is not None
         return self._view.replica(host).phase
 
+    def halt(self) -> None:
+        """Stop at the next wait without ending the rollout: the store keeps it running, with
+        each replica's phase and agent operation, for the next bot to resume (the agents carry
+        on with the operations they run)."""
+        self._halted.set()
+
+    def _check_halt(self) -> None:
+        if self._halted.is_set():
+            raise _Halt
+
     # -- the run ----------------------------------------------------------------------------
 
     def run(self, view: RolloutView) -> RolloutView:
-        """Carry ``view`` (new, or saved by a bot that stopped mid-way) to its end."""
+        """Carry ``view`` (new, or saved by a bot that stopped mid-way) to its end; after
+        :meth:`halt`, the view as it stood, still running."""
         self._view = view
         todo = [r.host for r in view.replicas if r.phase is not ReplicaPhase.DONE]
         step = self.fleet.max_unavailable
@@ -116,6 +133,9 @@ class RolloutRunner:
                     raise _Stop(failed[0])
         except _Stop as stop:
             return self._finish(RolloutState.STOPPED, str(stop))
+        except _Halt:
+            assert self._view is not None
+            return self._view
         return self._finish(RolloutState.DONE, None)
 
     def _finish(self, state: RolloutState, reason: str | None) -> RolloutView:
@@ -140,7 +160,8 @@ class RolloutRunner:
         return None
 
     def _replica(self, host: str) -> None:
-        url = self.fleet.url(host)
+        assert self._view is not None
+        url = self._view.replica(host).url  # as planned: the setting's, or the agent's word
         started = self.clock.monotonic()
         phase = self._phase(host)
         operation_id = self._view.replica(host).operation_id if self._view else None
@@ -169,7 +190,9 @@ class RolloutRunner:
             self.fleet.drain_timeout_s,
             self.fleet.drain_polls,
             self.fleet.poll_interval_s,
+            stop=self._halted.is_set,
         )
+        self._check_halt()
         if not drained.idle:
             running = "an unknown number of" if drained.busy is None else str(drained.busy)
             self._set(
@@ -198,7 +221,7 @@ class RolloutRunner:
                 fingerprint=fingerprint,
             )
         except AgentError as exc:
-            self._restore(host, self.fleet.url(host))
+            self._restore(host, self._view.replica(host).url if self._view else "")
             self._set(host, phase=ReplicaPhase.UNCHANGED, detail=str(exc))
             raise _Stop(f"{host}'s agent did not start the change: {exc}") from exc
         self._set(host, operation_id=operation.id)
@@ -212,8 +235,9 @@ class RolloutRunner:
     def _follow(self, host: str, operation_id: int) -> AgentOperation:
         agent, after = self.agents[host], 0
         while True:
+            self._check_halt()
             try:
-                page = agent.events(operation_id, after=after, wait_s=EVENT_WAIT_S)
+                page = agent.events(operation_id, after=after, wait_s=self.event_wait_s)
             except AgentError:
                 self.clock.sleep(self.fleet.poll_interval_s)  # the agent's restart: ask again
                 continue
@@ -266,6 +290,7 @@ class RolloutRunner:
     def _until(self, check: Callable[[], bool], timeout_s: float) -> None:
         deadline = self.clock.monotonic() + timeout_s
         while not check():
+            self._check_halt()
             if self.clock.monotonic() >= deadline:
                 raise TimeoutError(f"not within {timeout_s:g} s")
             self.clock.sleep(min(self.fleet.poll_interval_s, 0.5))

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
-from bot.fleet.errors import RouterError, RouterUnsupported
+from bot.errors import RouterError, RouterUnsupported
 
 __all__ = ["RouterApi", "RouterClient", "RouterWorker"]
 

@@ -7,46 +7,24 @@ operation's ``ProgressView``); the terminal lays it out in one block, Slack in o
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
-__all__ = ["ReplicaPhase", "ReplicaView", "RolloutState", "RolloutView"]
+from bot.store.records import FINAL_ROLLOUT_STATES, ReplicaPhase, RolloutState
+from bot.store.records import RolloutReplicaRecord as ReplicaView
 
+__all__ = [
+    "ReplicaFacts",
+    "ReplicaPhase",
+    "ReplicaView",
+    "RolloutState",
+    "RolloutView",
+    "replica_facts",
+]
 
-class ReplicaPhase(StrEnum):
-    """Where one replica of a rollout stands."""
+# A replica's line is the store's record itself (its phase, plan, operation, revision, old and
+# new config): one type from the runner to the database and back, so nothing is copied field by
+# field on each save.
 
-    WAITING = "waiting"  # not touched yet
-    REMOVING = "removing"  # being taken out of the router
-    DRAINING = "draining"  # out of the router, finishing the requests it runs
-    RESIZING = "resizing"  # its agent restarts it on the new config
-    ADDING = "adding"  # back in the router, waiting to be reported healthy
-    DONE = "done"  # changed, back in the router and healthy
-    ROLLED_BACK = "rolled_back"  # the new config failed; back on its old one
-    FAILED = "failed"  # it did not come back at all
-    UNCHANGED = "unchanged"  # the rollout stopped before it
-
-
-class RolloutState(StrEnum):
-    RUNNING = "running"
-    DONE = "done"  # every replica changed
-    STOPPED = "stopped"  # a replica failed: the rest were left as they were
-    REFUSED = "refused"  # a plan did not fit: nothing was touched
-
-
-FINAL_ROLLOUT_STATES = frozenset({RolloutState.DONE, RolloutState.STOPPED, RolloutState.REFUSED})
 CHANGED_PHASES = frozenset({ReplicaPhase.DONE})
-
-
-@dataclass(frozen=True)
-class ReplicaView:
-    host: str
-    url: str
-    phase: ReplicaPhase = ReplicaPhase.WAITING
-    planned: str | None = None  # "44.77 GB/rank" or the refusal's arithmetic
-    operation_id: int | None = None
-    revision: int | None = None  # the agent's revision this replica ran at the end
-    detail: str | None = None  # a drain timeout reached, a failure's reason, ...
-    seconds: float | None = None  # how long the replica was out of the router
 
 
 @dataclass(frozen=True)
@@ -83,3 +61,29 @@ class RolloutView:
     @property
     def finished(self) -> bool:
         return self.state in FINAL_ROLLOUT_STATES
+
+
+@dataclass(frozen=True)
+class ReplicaFacts:
+    """What a front end shows after a replica's phase, each part None when there is nothing to
+    say: ``change`` ("size 20 GB/rank -> ratio 4"), the running agent operation, the seconds it
+    was out of the router, the detail (a drain timeout, a failure)."""
+
+    change: str | None
+    operation: str | None
+    out: str | None
+    detail: str | None
+
+
+def replica_facts(line: ReplicaView) -> ReplicaFacts:
+    """The same facts for every surface; each lays them out in its own wording module."""
+    change = None
+    if line.old_config and line.new_config and line.old_config != line.new_config:
+        change = f"{line.old_config} -> {line.new_config}"
+    running = line.operation_id is not None and line.seconds is None
+    return ReplicaFacts(
+        change=change,
+        operation=f"agent operation {line.operation_id}" if running else None,
+        out=None if line.seconds is None else f"out of the router {line.seconds:.1f} s",
+        detail=line.detail or None,
+    )

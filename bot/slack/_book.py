@@ -60,3 +60,14 @@ class MessageBook:
 
     def attach_operation(self, place: Place, channel: str, ts: str) -> None:
         self._store.update_operation(place.record, channel=channel, message_ts=ts)
+
+    def rollout(self, rollout_id: int) -> Place | None:
+        """A fleet rollout's one message (None: no such rollout)."""
+        try:
+            record = self._store.rollout(rollout_id)
+        except NotFound:
+            return None
+        return Place(record.id, record.channel, record.message_ts)
+
+    def attach_rollout(self, rollout_id: int, channel: str, ts: str) -> None:
+        self._store.set_rollout_message(rollout_id, channel, ts)

@@ -36,6 +36,9 @@ from bot.chat.policy import Actor, RefusalKind
 from bot.chat.progress import ProgressView
 from bot.chat.replies import (
     CancelledReply,
+    FleetProposalReply,
+    FleetRefusalReply,
+    FleetsReply,
     HelpReply,
     HistoryReply,
     HostsReply,
@@ -48,10 +51,12 @@ from bot.chat.replies import (
     ReportScheduledReply,
     ReportSchedulesReply,
     ReportStoppedReply,
+    RolloutReply,
     StatusReply,
     UsageReply,
 )
-from bot.slack import messages, report_messages
+from bot.fleet.view import RolloutView
+from bot.slack import messages, report_messages, rollout_messages
 from bot.slack._blocks import SlackMessage
 from bot.slack._book import MessageBook
 
@@ -150,6 +155,8 @@ class SlackFrontEnd:
             self._visible(origin, [report_messages.report_schedules(reply)])
         elif isinstance(reply, CancelledReply):
             self._close(reply.proposal_id, messages.cancelled_line(reply.by))
+        elif isinstance(reply, FleetProposalReply | FleetRefusalReply | FleetsReply | RolloutReply):
+            self._route_fleet(origin, reply)
         else:
             assert isinstance(reply, OperationReply)
             # The operation's own message (the proposal's) shows it from now on; every other
@@ -328,6 +335,49 @@ class SlackFrontEnd:
                 log.warning("notice on %s #%s not posted: %s", watch.host, watch.operation_id, exc)
                 if attempt + 1 < FINAL_ATTEMPTS:
                     self._sleep(_FINAL_BACKOFF_S)
+
+    # -- fleets (the layout is bot.slack.rollout_messages') ---------------------------------
+
+    def _route_fleet(
+        self,
+        origin: Origin,
+        reply: FleetProposalReply | FleetRefusalReply | FleetsReply | RolloutReply,
+    ) -> None:
+        if isinstance(reply, FleetProposalReply):
+            ts = self._post(self.channel_for(origin), rollout_messages.fleet_proposal(reply))
+            self._book.attach_proposal(reply.id, ts)
+        elif isinstance(reply, FleetRefusalReply):
+            self._visible(origin, [rollout_messages.fleet_refusal(reply)])
+        elif isinstance(reply, FleetsReply):
+            self._visible(origin, [rollout_messages.fleets_message(reply)])
+        else:
+            self._private(origin, rollout_messages.rollout_started(reply))
+
+    def rollout(self, view: RolloutView) -> None:
+        """The rollout's one message (:class:`~bot.fleet.RolloutSink`): posted once, then
+        edited in place; its place is kept in the store, as an operation's is."""
+        shown = rollout_messages.rollout_message(view)
+        try:
+            with self._post_lock(Watch(f"fleet {view.fleet}", view.id, "", None, None)):
+                place = self._book.rollout(view.id)
+                if place is not None and place.channel is not None and place.ts is not None:
+                    self._update(place.channel, place.ts, shown)
+                    return
+                channel = self._channel or (place.channel if place else None)
+                if place is not None and channel is not None:
+                    self._book.attach_rollout(view.id, channel, self._post(channel, shown))
+        except SlackClientError as exc:
+            log.warning("rollout #%s of fleet %s not shown: %s", view.id, view.fleet, exc)
+
+    def replica_ended(self, view: RolloutView, host: str) -> None:
+        """A reply in the rollout message's thread when one replica's line ends."""
+        place = self._book.rollout(view.id)
+        if place is None or place.channel is None or place.ts is None:
+            return
+        try:
+            self._post(place.channel, rollout_messages.replica_end(view, host), thread_ts=place.ts)
+        except SlackClientError as exc:
+            log.warning("end of %s in rollout #%s not posted: %s", host, view.id, exc)
 
     # -- Web API ---------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The store: configuration history and audit, operations, capacity samples, report schedules.
+"""The store: configuration history and audit, operations, capacity samples, report schedules,
+fleet rollouts.
 
 SQLAlchemy 2 models, Alembic migrations (``migrations/``), and a :class:`Store` whose methods take
 and return frozen dataclasses (no ORM object leaves this package). SQLite by default (WAL,
@@ -37,9 +38,13 @@ from bot.store.records import (
     PlanSummary,
     ProposalRecord,
     RefusalRecord,
+    ReplicaPhase,
     ReportSchedule,
     RevisionOutcome,
     RevisionRecord,
+    RolloutRecord,
+    RolloutReplicaRecord,
+    RolloutState,
     SchedulerLease,
     StoredEvent,
 )
@@ -54,9 +59,13 @@ __all__ = [
     "PlanSummary",
     "ProposalRecord",
     "RefusalRecord",
+    "ReplicaPhase",
     "ReportSchedule",
     "RevisionOutcome",
     "RevisionRecord",
+    "RolloutRecord",
+    "RolloutReplicaRecord",
+    "RolloutState",
     "SchedulerLease",
     "Store",
     "StoreSettings",

@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from bot.store._types import UTCDateTime
-from bot.store.records import RevisionOutcome
+from bot.store.records import ReplicaPhase, RevisionOutcome, RolloutState
 
 __all__ = [
     "NAMING_CONVENTION",
@@ -43,6 +43,8 @@ __all__ = [
     "RefusalRow",
     "ReportScheduleRow",
     "RevisionRow",
+    "RolloutReplicaRow",
+    "RolloutRow",
     "SchedulerLockRow",
 ]
 
@@ -59,6 +61,8 @@ USER = 64
 CHANNEL = 64
 TS = 32
 _OUTCOMES = ", ".join(f"'{o.value}'" for o in RevisionOutcome)
+_ROLLOUT_STATES = ", ".join(f"'{s.value}'" for s in RolloutState)
+_REPLICA_PHASES = ", ".join(f"'{p.value}'" for p in ReplicaPhase)
 
 
 class Base(DeclarativeBase):
@@ -250,3 +254,61 @@ class SchedulerLockRow(Base):
     owner: Mapped[str] = mapped_column(String(255))
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class RolloutRow(Base):
+    """One rollout over a fleet (migration 0005): what, who, where it stands."""
+
+    __tablename__ = "rollouts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(HOST))
+    kind: Mapped[str] = mapped_column(String(32))
+    change: Mapped[str] = mapped_column(String(128))
+    ratio: Mapped[float | None] = mapped_column(Double)
+    size_gb: Mapped[int | None] = mapped_column(Integer)
+    proposed_by: Mapped[str] = mapped_column(String(USER))
+    applied_by: Mapped[str | None] = mapped_column(String(USER))
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    channel: Mapped[str | None] = mapped_column(String(CHANNEL))
+    message_ts: Mapped[str | None] = mapped_column(String(TS))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint(f"state IN ({_ROLLOUT_STATES})", name="state"),
+        # unfinished_rollouts(), last_rollout(fleet).
+        Index("ix_rollouts_state", "state"),
+        Index("ix_rollouts_fleet_created_at", "fleet", "created_at"),
+    )
+
+
+class RolloutReplicaRow(Base):
+    """One replica's line of a rollout, in rollout order (``position``)."""
+
+    __tablename__ = "rollout_replicas"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(HOST))
+    url: Mapped[str] = mapped_column(Text)
+    phase: Mapped[str] = mapped_column(String(16))
+    planned: Mapped[str | None] = mapped_column(Text)
+    # The replica's own proposal (a fleet resize records one per host); SET NULL keeps the line.
+    proposal_id: Mapped[int | None] = mapped_column(ForeignKey("proposals.id", ondelete="SET NULL"))
+    agent_operation_id: Mapped[int | None] = mapped_column(BigInteger)
+    agent_revision_id: Mapped[int | None] = mapped_column(BigInteger)
+    old_config: Mapped[str | None] = mapped_column(String(128))
+    new_config: Mapped[str | None] = mapped_column(String(128))
+    detail: Mapped[str | None] = mapped_column(Text)
+    seconds: Mapped[float | None] = mapped_column(Double)
+
+    __table_args__ = (
+        UniqueConstraint("rollout_id", "host"),
+        CheckConstraint(f"phase IN ({_REPLICA_PHASES})", name="phase"),
+        Index("ix_rollout_replicas_proposal_id", "proposal_id"),
+    )

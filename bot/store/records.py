@@ -19,14 +19,19 @@ from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
 
 __all__ = [
     "FINAL_OUTCOMES",
+    "FINAL_ROLLOUT_STATES",
     "CapacitySample",
     "OperationRecord",
     "PlanSummary",
     "ProposalRecord",
     "RefusalRecord",
+    "ReplicaPhase",
     "ReportSchedule",
     "RevisionOutcome",
     "RevisionRecord",
+    "RolloutRecord",
+    "RolloutReplicaRecord",
+    "RolloutState",
     "SchedulerLease",
     "StoredEvent",
 ]
@@ -221,3 +226,76 @@ class SchedulerLease:
     owner: str
     acquired_at: datetime
     heartbeat_at: datetime
+
+
+class RolloutState(StrEnum):
+    """Where a fleet rollout stands (:mod:`bot.fleet`); ``done``, ``stopped``, ``refused`` and
+    ``cancelled`` are final."""
+
+    PROPOSED = "proposed"  # planned on every replica, waiting for an Apply
+    RUNNING = "running"
+    DONE = "done"  # every replica changed
+    STOPPED = "stopped"  # a replica failed: the rest were left as they were
+    REFUSED = "refused"  # a plan did not fit: nothing was touched
+    CANCELLED = "cancelled"  # withdrawn, expired or void before it started
+
+
+FINAL_ROLLOUT_STATES: frozenset[RolloutState] = frozenset(
+    {RolloutState.DONE, RolloutState.STOPPED, RolloutState.REFUSED, RolloutState.CANCELLED}
+)
+
+
+class ReplicaPhase(StrEnum):
+    """Where one replica of a rollout stands."""
+
+    WAITING = "waiting"  # not touched yet
+    REMOVING = "removing"  # being taken out of the router
+    DRAINING = "draining"  # out of the router, finishing the requests it runs
+    RESIZING = "resizing"  # its agent restarts it on the new config
+    ADDING = "adding"  # back in the router, waiting to be reported healthy
+    DONE = "done"  # changed, back in the router and healthy
+    ROLLED_BACK = "rolled_back"  # the new config failed; back on its old one
+    FAILED = "failed"  # it did not come back at all
+    UNCHANGED = "unchanged"  # the rollout stopped before it
+
+
+@dataclass(frozen=True)
+class RolloutReplicaRecord:
+    """One replica's line of a rollout: where it stands, and the agent operation and revision
+    its change produced (``revision`` is the agent's id; the store's own revision of that host
+    is found by ``(host, agent_revision_id)``)."""
+
+    host: str
+    url: str
+    phase: ReplicaPhase = ReplicaPhase.WAITING
+    planned: str | None = None
+    proposal_id: int | None = None
+    operation_id: int | None = None
+    revision: int | None = None
+    old_config: str | None = None
+    new_config: str | None = None
+    detail: str | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """One rollout over a fleet: the audit record that links every replica's revision."""
+
+    id: int
+    fleet: str
+    kind: OperationKind
+    change: str  # "hicache ratio 4", "restart", "rollback"
+    ratio: float | None
+    size_gb: int | None
+    proposed_by: str
+    applied_by: str | None
+    state: RolloutState
+    reason: str | None
+    channel: str | None
+    message_ts: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    replicas: tuple[RolloutReplicaRecord, ...]

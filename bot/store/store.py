@@ -16,6 +16,7 @@ from bot.store._proposals import ProposalsMixin
 from bot.store._refusals import RefusalsMixin
 from bot.store._revision_reads import RevisionReadsMixin
 from bot.store._revisions import RevisionsMixin
+from bot.store._rollouts import RolloutsMixin
 from bot.store._scheduler_lock import SchedulerLockMixin
 
 __all__ = ["Store"]
@@ -29,8 +30,10 @@ class Store(
     RefusalsMixin,
     CapacityMixin,
     SchedulerLockMixin,
+    RolloutsMixin,
 ):
-    """Repository of revisions, proposals, operations, refusals, capacity samples, schedules."""
+    """Repository of revisions, proposals, operations, refusals, capacity samples, schedules
+    and fleet rollouts."""
 
     def __enter__(self) -> Store:
         return self

@@ -2,7 +2,8 @@
 
 With a command, runs it as USER (default ``$USER``) and exits: 0 done or ready, 1 failed or
 rolled back (or an agent did not answer), 3 refused, 2 a usage error. ``apply``, ``restart`` and
-``rollback`` draw the progress until the operation ends. Without a command, a ``kimi> `` prompt
+``rollback`` draw the progress until the operation ends; a fleet's rollout is drawn until it
+ends too (0 when every replica changed). Without a command, a ``kimi> `` prompt
 with readline history. The core is the Slack bot's: the same text and figures.
 """
 
@@ -17,17 +18,21 @@ from pathlib import Path
 from bot.chat.agent_client import revisions_source
 from bot.chat.config import load_chat_settings
 from bot.chat.core import ChatCore, build_core
+from bot.chat.fleet_commands import attach_fleets
 from bot.chat.policy import Actor
 from bot.chat.replies import (
+    FleetRefusalReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
     RefusalReply,
     Reply,
+    RolloutReply,
     UsageReply,
 )
 from bot.chat.store_audit import StoreAudit
 from bot.errors import InputError
+from bot.fleet import RolloutState, load_fleets
 from bot.settings import find_config_path, load_config
 from bot.store import Store, StoreSettings, upgrade_to_head
 from bot.terminal.front import TerminalFrontEnd
@@ -72,12 +77,28 @@ def exit_code(reply: Reply, final_state: OperationState | None = None) -> int:
         return EXIT_FAILED
     if isinstance(reply, OperationReply):
         return EXIT_OK if final_state is OperationState.READY else EXIT_FAILED
+    if isinstance(reply, FleetRefusalReply):
+        return EXIT_REFUSED
     return EXIT_OK
+
+
+def _wait_rollout(core: ChatCore, reply: RolloutReply) -> int:
+    """A rollout started from a one-shot command is followed to its end (Ctrl-C stops the
+    process only: the store keeps it running for 'resume fleet')."""
+    desk = core.context.fleets
+    assert desk is not None  # a RolloutReply comes from the fleet desk
+    try:
+        final = desk.wait(reply.view.id)
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+    return EXIT_OK if final is not None and final.state is RolloutState.DONE else EXIT_FAILED
 
 
 def run_command(core: ChatCore, front: TerminalFrontEnd, text: str, actor: Actor) -> int:
     """Carry out one command; an operation is watched to its end (Ctrl-C stops watching only)."""
     reply = core.handle(text, actor)
+    if isinstance(reply, RolloutReply):
+        return _wait_rollout(core, reply)
     if not isinstance(reply, OperationReply):
         return exit_code(reply)
     try:
@@ -133,6 +154,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
         audit = StoreAudit(store, revisions_source(settings, env))
         core = build_core(settings, audit, front, env)
+        fleets = load_fleets(config, settings.host_names)
+        if fleets:
+            attach_fleets(core.context, store, fleets, front)
         try:
             if args.command:
                 return run_command(core, front, " ".join(args.command), actor)

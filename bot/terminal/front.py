@@ -16,6 +16,8 @@ from bot.chat.policy import Actor
 from bot.chat.progress import ProgressView
 from bot.chat.replies import Reply
 from bot.chat.wording import hhmm
+from bot.fleet.view import RolloutView
+from bot.terminal.rollout_wording import replica_end_line, rollout_lines
 from bot.terminal.wording import (
     final_line,
     notice_line,
@@ -58,6 +60,15 @@ class TerminalFrontEnd:
 
     def unreachable(self, watch: Watch, since: datetime) -> None:
         self._write([unreachable_line(watch, hhmm(since))])
+
+    def rollout(self, view: RolloutView) -> None:
+        """A rollout's block (:class:`~bot.fleet.RolloutSink`): redrawn in place on a terminal,
+        its head and the changed replica's line into a pipe."""
+        lines = rollout_lines(view)
+        self._write(lines, replace_block=self._tty)
+
+    def replica_ended(self, view: RolloutView, host: str) -> None:
+        self._write([replica_end_line(view, host)])
 
     def post(self, channel: str, reply: Reply) -> None:
         """A scheduled report (:class:`~bot.chat.replies.ReportPoster`), headed by its channel."""

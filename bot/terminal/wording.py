@@ -18,6 +18,9 @@ from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
 from bot.chat.replies import (
     CancelledReply,
+    FleetProposalReply,
+    FleetRefusalReply,
+    FleetsReply,
     HelpReply,
     HistoryReply,
     HostAnswer,
@@ -31,6 +34,7 @@ from bot.chat.replies import (
     ReportScheduledReply,
     ReportSchedulesReply,
     ReportStoppedReply,
+    RolloutReply,
     StatusReply,
     UsageReply,
 )
@@ -40,6 +44,7 @@ from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
 from bot.chat.wording import figure as _num
 from bot.terminal.report_wording import report_reply_lines
+from bot.terminal.rollout_wording import fleet_reply_lines
 from bot.vocab import EventPhase, OperationState
 
 __all__ = [
@@ -85,6 +90,8 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
+    if isinstance(reply, FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply):
+        return fleet_reply_lines(reply)
     assert isinstance(
         reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
     ), reply

@@ -127,3 +127,13 @@ def test_log_file_defaults_inside_state_dir(tmp_path: Path) -> None:
 def test_example_parses_as_toml() -> None:
     """The example file is valid TOML (a syntax slip would break every part's loader)."""
     tomllib.loads(EXAMPLE.read_text())
+
+
+def test_router_url_defaults_to_none_and_a_bad_one_is_refused_by_name() -> None:
+    """[agent] router_url is read without a trailing slash; unset it is None (the agent then
+    reports server_url); a value that is not an http(s) URL is refused naming the key."""
+    assert _settings({"command": ["srv"]}).router_url is None
+    read = _settings({"command": ["srv"], "router_url": "http://10.0.0.11:30000/"})
+    assert read.router_url == "http://10.0.0.11:30000"
+    with pytest.raises(ConfigError, match=r"\[agent\] router_url '10.0.0.11:30000' is not an"):
+        _settings({"command": ["srv"], "router_url": "10.0.0.11:30000"})

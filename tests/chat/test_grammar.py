@@ -12,6 +12,11 @@ from bot.chat.grammar import (
     Apply,
     Cancel,
     Command,
+    FleetResize,
+    FleetRestart,
+    FleetResume,
+    FleetRollback,
+    Fleets,
     Help,
     History,
     Hosts,
@@ -204,3 +209,36 @@ def test_any_sequence_of_known_words_is_a_command_or_a_usage_error(
     else:
         host = getattr(outcome, "host", None)
         assert host is None or host in HOSTS
+
+
+@pytest.mark.parametrize(
+    ("text", "command"),
+    [
+        ("resize ratio 4 fleet prod", FleetResize("prod", ratio=4.0)),
+        ("Resize SIZE 48 Fleet kimi-eu", FleetResize("kimi-eu", size_gb=48)),
+        ("restart fleet prod", FleetRestart("prod")),
+        ("rollback fleet prod", FleetRollback("prod")),
+        ("resume fleet prod", FleetResume("prod")),
+        ("fleets", Fleets()),
+    ],
+)
+def test_a_fleet_command_names_its_fleet_last(text: str, command: Command) -> None:
+    """``fleet <name>`` at the end makes the command act on that fleet."""
+    assert parse(text, HOSTS) == command
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("resume", "resume needs the fleet, e.g. 'resume fleet prod'"),
+        ("resume fleet", "resume needs the fleet, e.g. 'resume fleet prod'"),
+        ("resize ratio fleet prod", "resize ratio needs one value before 'fleet prod'"),
+        ("resize ratio -2 fleet prod", "ratio '-2' is negative; it must be above 0, e.g. 4"),
+        ("resize size 44.5 fleet prod", "size '44.5' is not a whole number of GB"),
+        ("restart fleet $prod", "fleet name '$prod' is not a name like prod or kimi-eu"),
+        ("fleets prod", "unexpected 'prod'"),
+    ],
+)
+def test_a_bad_fleet_command_is_refused_with_its_reason(text: str, reason: str) -> None:
+    """A fleet command with a missing or bad part is a usage error saying which."""
+    assert _error(text).reason.startswith(reason)

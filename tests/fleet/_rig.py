@@ -51,11 +51,16 @@ class Fleet:
         return FleetSettings(
             name="prod",
             router=self.router.url,
+            # No replica_urls: each agent reports its server's URL (``[agent] router_url``
+            # defaults to its server_url), as a fleet set up today is.
             hosts=tuple(r.host for r in self.replicas[:hosts]),
-            replica_urls={r.host: r.server_url for r in self.replicas},
             drain_polls=3,
             **values,  # type: ignore[arg-type]
         )
+
+    def url(self, host: str) -> str:
+        """``host``'s server as the router reaches it."""
+        return next(r.server_url for r in self.replicas if r.host == host)
 
     def agents(self) -> dict[str, AgentClient]:
         return {r.host: r.client() for r in self.replicas}

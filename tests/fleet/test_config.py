@@ -34,6 +34,17 @@ def test_a_fleet_is_read_with_its_hosts_in_order() -> None:
     assert (fleet.max_unavailable, fleet.drain_timeout_s) == (1, 600.0)
 
 
+def test_a_replica_url_comes_from_the_setting_or_else_from_its_agent() -> None:
+    """replica_urls may name some hosts or none: the others take the URL their agent reports
+    ([agent] router_url), and a host with neither has no URL."""
+    fleet = load_fleets(_fleet(replica_urls={"kimi-01": URLS["kimi-01"]}), HOSTS)["prod"]
+    assert fleet.url("kimi-01", "http://ignored:1") == "http://10.0.0.11:30000"
+    assert fleet.url("kimi-02", "http://10.0.0.12:30000/") == "http://10.0.0.12:30000"
+    assert fleet.url("kimi-02") is None
+    bare = {k: v for k, v in _fleet()["fleets"]["prod"].items() if k != "replica_urls"}
+    assert load_fleets({"fleets": {"prod": bare}}, HOSTS)["prod"].replica_urls == {}
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -44,7 +55,8 @@ def test_a_fleet_is_read_with_its_hosts_in_order() -> None:
         ({"max_unavailable": 3}, "max_unavailable is 3 but the fleet has 2 hosts"),
         ({"max_unavailable": 0}, "[fleets.prod] max_unavailable must be at least 1"),
         ({"drain_timeout_s": -1}, "[fleets.prod] drain_timeout_s must be at least 0"),
-        ({"replica_urls": {"kimi-01": URLS["kimi-01"]}}, "replica_urls has no URL for 'kimi-02'"),
+        ({"replica_urls": {"kimi-09": URLS["kimi-01"]}}, "replica_urls names 'kimi-09', which"),
+        ({"replica_urls": {"kimi-01": "10.0.0.11"}}, "replica_urls.kimi-01 '10.0.0.11' is not"),
         ({"drain": 5}, "unknown key 'drain' in [fleets.prod]"),
     ],
 )

@@ -48,7 +48,7 @@ def _roll(
     try:
         planned = plan_fleet(config, agents, change)
         assert not isinstance(planned, FleetRefusal), planned
-        view = RolloutView(1, "prod", change.label, "U1", RolloutState.RUNNING, planned)
+        view = RolloutView(1, "prod", change.label, "U1", RolloutState.RUNNING, planned.replicas)
         with RouterClient(config.router) as router:
             runner = RolloutRunner(
                 config, change, router, agents, ReplicaLoad(), SystemClock(), views

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.fleet.errors import RouterError, RouterUnsupported
+from bot.errors import RouterError, RouterUnsupported
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker
 from tests.fleet._replicas import serving_sims
 from tests.fleet._routers import VERSIONS, start_router

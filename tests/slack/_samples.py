@@ -33,6 +33,7 @@ from bot.slack import messages, report_messages
 from bot.slack._blocks import SlackMessage
 from bot.store.records import ReportSchedule
 from bot.vocab import EventPhase, OperationKind, OperationState, ServerState
+from tests.slack._rollout_samples import rollout_samples
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -297,6 +298,8 @@ SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
         ReportSchedulesReply((), (), "UTC")
     ),
 }
+
+SAMPLES.update(rollout_samples(_answers()))  # the fleet's messages
 
 
 def as_json(made: SlackMessage | list[SlackMessage]) -> Any:

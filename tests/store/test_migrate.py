@@ -113,6 +113,28 @@ SEED_ROWS["0004"] = {
     ],
 }  # fmt: skip
 
+SEED_ROWS["0005_fleet_rollouts"] = {
+    **SEED_ROWS["0004"],
+    "rollouts": [
+        {"id": 1, "fleet": "prod", "kind": "resize", "change": "hicache ratio 4",
+         "ratio": 0.1 + 0.2, "size_gb": None, "proposed_by": "U0BEN", "applied_by": "U0ANA",
+         "state": "stopped", "reason": AWKWARD, "channel": "C0OPS",
+         "message_ts": "1771931919.000300", "created_at": T0, "expires_at": T1,
+         "started_at": T0, "ended_at": T1},
+    ],
+    "rollout_replicas": [
+        {"id": 1, "rollout_id": 1, "position": 0, "host": "kimi-01",
+         "url": "http://10.0.0.11:30000", "phase": "done", "planned": AWKWARD, "proposal_id": 1,
+         "agent_operation_id": 2**62, "agent_revision_id": 2**53 + 1,
+         "old_config": "size 20 GB/rank", "new_config": "ratio 4", "detail": AWKWARD,
+         "seconds": 31.25},
+        {"id": 2, "rollout_id": 1, "position": 1, "host": "kimi-02",
+         "url": "http://10.0.0.12:30000", "phase": "unchanged", "planned": None,
+         "proposal_id": None, "agent_operation_id": None, "agent_revision_id": None,
+         "old_config": None, "new_config": None, "detail": None, "seconds": None},
+    ],
+}  # fmt: skip
+
 # Columns a migration converts on purpose: (table, column) -> how a value from before it reads.
 CONVERTED: dict[str, dict[tuple[str, str], Callable[[Any], Any]]] = {
     "0002": {("operations", "agent_operation_id"): int},

@@ -4,7 +4,7 @@ A running server on the simulated 449 GB host gives, in part::
 
     {"host": {"name": "kimi-01", "backend": "process", "probe": "sim"},
      "server": {"state": "running", "health_code": 200, "version": "0.5.9", "pid": 4242,
-                "uptime_s": 812.4},
+                "uptime_s": 812.4, "router_url": "http://10.0.0.11:30000"},
      "config": {"enable_hierarchical_cache": true, "hicache_ratio": 2.0, "hicache_size": null,
                 "effective": "ratio 2 x device pool"},
      "capacity": {"device_tokens": 159274, "kv_bytes_per_token": 70247.4,
@@ -44,7 +44,9 @@ def status_body(
     snap: FactsSnapshot,
     operation: dict[str, Any] | None,
     metrics: ServerMetrics | None = None,
+    router_url: str | None = None,
 ) -> dict[str, Any]:
+    """The body; ``router_url`` is the server's URL as a fleet's router reaches it."""
     server = snap.server
     hicache = snap.hicache
     capacity = snap.capacity
@@ -57,6 +59,7 @@ def status_body(
             "pid": server.pid,
             "uptime_s": server.uptime_s,
             "started_at": server.started_at,
+            "router_url": router_url,
         },
         "config": {
             "enable_hierarchical_cache": None if hicache is None else hicache.enabled,

@@ -1,0 +1,283 @@
+"""The fleet commands, one plain function each: ``(context, actor, command) -> Reply``.
+
+A fleet resize is a proposal like a single host's: every replica is planned first (one refusal
+refuses all, naming the host and the arithmetic), each replica's plan is recorded as its own
+proposal (so each host's history shows it), and the rollout is recorded with a line per
+replica. Applying the first replica's proposal number (the one the reply shows) applies the
+whole rollout, under the same policy as a single host: who may apply, the second person, expiry,
+and void once another operation ran on any replica. ``restart fleet`` and ``rollback fleet``
+need no proposal, as for one host; ``rollback fleet`` undoes only the replicas the fleet's last
+rollout changed, one by one with the same drain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import datetime
+
+from bot.chat import handlers
+from bot.chat.config import HostSettings
+from bot.chat.grammar import (
+    Apply,
+    FleetResize,
+    FleetRestart,
+    FleetResume,
+    FleetRollback,
+    Fleets,
+)
+from bot.chat.handlers import Context
+from bot.chat.policy import Action, Actor, ProposalState, ProposalTerms, RefusalKind
+from bot.chat.replies import (
+    FleetAnswer,
+    FleetProposalReply,
+    FleetRefusalReply,
+    FleetsReply,
+    ProblemReply,
+    Reply,
+    RolloutReply,
+)
+from bot.clock import Clock
+from bot.errors import AgentError, FleetBusy, NotFound
+from bot.fleet.config import FleetSettings
+from bot.fleet.desk import FleetDesk, RolloutSink, view_of
+from bot.fleet.plan import FleetChange, FleetRefusal
+from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
+from bot.store import RevisionOutcome, RolloutRecord, Store
+from bot.vocab import OperationKind
+
+__all__ = [
+    "apply",
+    "attach_fleets",
+    "fleet_resize",
+    "fleet_restart",
+    "fleet_resume",
+    "fleet_rollback",
+    "fleets",
+]
+
+_NO_FLEETS = "no fleet is configured in this kimi-ops process (add a [fleets.NAME] section)"
+#: A replica's end, as its own proposal's revision records it.
+_OUTCOME = {
+    ReplicaPhase.DONE: RevisionOutcome.READY,
+    ReplicaPhase.ROLLED_BACK: RevisionOutcome.FAILED,
+    ReplicaPhase.FAILED: RevisionOutcome.FAILED,
+}
+
+
+class _AuditingSink:
+    """Hands views to the front end, and records each replica's end on its own proposal's
+    revision (ready, or failed when its new config did not come up)."""
+
+    def __init__(self, front: RolloutSink, store: Store, clock: Clock) -> None:
+        self.front = front
+        self.store = store
+        self.clock = clock
+
+    def rollout(self, view: RolloutView) -> None:
+        self.front.rollout(view)
+
+    def replica_ended(self, view: RolloutView, host: str) -> None:
+        line = view.replica(host)
+        outcome = _OUTCOME.get(line.phase)
+        if line.proposal_id is not None and outcome is not None:
+            revision_id = self.store.proposal(line.proposal_id).revision_id
+            if self.store.revision(revision_id).outcome is RevisionOutcome.APPLIED:
+                self.store.record_outcome(revision_id, outcome, at=self.clock.now())
+        self.front.replica_ended(view, host)
+
+
+def attach_fleets(
+    ctx: Context,
+    store: Store,
+    fleets: Mapping[str, FleetSettings],
+    front: RolloutSink,
+    event_wait_s: float = 20.0,
+) -> FleetDesk:
+    """Give ``ctx`` its fleet desk over the agents it already holds; the caller resumes it."""
+    desk = FleetDesk(
+        fleets,
+        store,
+        ctx.clients,
+        _AuditingSink(front, store, ctx.clock),
+        ctx.clock,
+        event_wait_s=event_wait_s,
+    )
+    ctx.fleets = desk
+    return desk
+
+
+def _desk(ctx: Context, name: str) -> FleetDesk | ProblemReply:
+    if ctx.fleets is None:
+        return ProblemReply(_NO_FLEETS)
+    try:
+        ctx.fleets.fleet(name)
+    except NotFound as exc:
+        return ProblemReply(str(exc))
+    return ctx.fleets
+
+
+def fleet_resize(ctx: Context, actor: Actor, command: FleetResize) -> Reply:
+    """Plan every replica; a refusal is recorded and shown, else one proposal per replica."""
+    desk = _desk(ctx, command.fleet)
+    if isinstance(desk, ProblemReply):
+        return desk
+    change = FleetChange(OperationKind.RESIZE, ratio=command.ratio, size_gb=command.size_gb)
+    planned = desk.plan(command.fleet, change)
+    if isinstance(planned, FleetRefusal):
+        desk.refuse(planned, change, actor.id, ctx.channel)
+        return FleetRefusalReply(planned)
+    now = ctx.clock.now()
+    expires = ctx.policy.expires_at(now)
+    lines = []
+    for line in planned.replicas:
+        terms = ctx.audit.record_proposal(
+            line.host, actor.id, planned.changes[line.host], now, expires, ctx.channel
+        )
+        lines.append(replace(line, proposal_id=terms.id))
+    record = desk.propose(command.fleet, change, lines, actor.id, ctx.channel, expires)
+    return FleetProposalReply(_shown_id(record), view_of(record), actor.id, expires)
+
+
+def _shown_id(record: RolloutRecord) -> int:
+    first = record.replicas[0].proposal_id
+    assert first is not None  # a proposed rollout records one proposal per replica
+    return first
+
+
+def _terms(record: RolloutRecord, shown: ProposalTerms) -> ProposalTerms:
+    """The rollout as one proposal to policy: its first replica's (the one shown, which a
+    Cancel settles), or once the rollout has started, settled by whoever started it."""
+    if record.state is RolloutState.PROPOSED:
+        return replace(shown, host=f"fleet {record.fleet}")
+    state = (
+        ProposalState.EXPIRED if record.state is RolloutState.CANCELLED else (ProposalState.APPLIED)
+    )
+    return replace(
+        shown,
+        host=f"fleet {record.fleet}",
+        state=state,
+        settled_by=record.applied_by,
+        settled_at=record.started_at,
+    )
+
+
+def _last_operation_at(ctx: Context, hosts: tuple[str, ...]) -> datetime | None:
+    def newest(host: str) -> datetime | None:
+        found = ctx.clients[host].operations(limit=1)
+        return found[0].created_at if found else None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        times = [t for t in pool.map(newest, hosts) if t is not None]
+    return max(times, default=None)
+
+
+def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
+    """``apply <id>``: a fleet's proposal starts its rollout; any other goes to the host."""
+    record = None
+    if ctx.fleets is not None:
+        record = ctx.fleets.store.rollout_by_proposal(command.proposal_id)
+    if record is None:
+        return handlers.apply(ctx, actor, command)
+    desk = ctx.fleets
+    assert desk is not None
+    shown = _shown_id(record)
+    terms = _terms(record, ctx.audit.proposal(shown))
+    try:
+        last_at = _last_operation_at(ctx, tuple(r.host for r in record.replicas))
+    except AgentError as exc:
+        return ProblemReply(str(exc))
+    refusal = ctx.policy.check_apply(actor, terms, ctx.clock.now(), last_at)
+    if refusal is not None:
+        if refusal.kind in (RefusalKind.EXPIRED, RefusalKind.STALE):
+            for line in record.replicas:
+                if line.proposal_id is not None:
+                    ctx.audit.settle_expired(line.proposal_id)
+            if record.state is RolloutState.PROPOSED:
+                desk.store.save_rollout(record.id, RolloutState.CANCELLED, record.replicas,
+                                        f"{refusal.kind.value} before it was applied")  # fmt: skip
+        return handlers._refused(ctx, refusal)
+    try:
+        started = desk.start(record.id, actor.id)
+    except FleetBusy as exc:
+        return ProblemReply(str(exc))
+    if started.applied_by != actor.id:
+        lost = ctx.policy.check_apply(actor, _terms(started, terms), ctx.clock.now(), None)
+        assert lost is not None  # started by another: LOCKED
+        return handlers._refused(ctx, lost)
+    for line in record.replicas:
+        if line.proposal_id is not None:
+            ctx.audit.claim_apply(line.proposal_id, actor.id, started.started_at or ctx.clock.now())
+    return RolloutReply(view_of(started))
+
+
+def _direct(ctx: Context, actor: Actor, name: str, change: FleetChange, action: Action) -> Reply:
+    desk = _desk(ctx, name)
+    if isinstance(desk, ProblemReply):
+        return desk
+    refusal = ctx.policy.may(actor, action, f"fleet {name}")
+    if refusal is not None:
+        return handlers._refused(ctx, refusal)
+    planned = desk.plan(name, change)
+    assert not isinstance(planned, FleetRefusal)  # only a resize is planned to refuse
+    replicas = planned.replicas
+    if change.kind is OperationKind.ROLLBACK:
+        last = desk.store.last_rollout(name)
+        changed = set() if last is None else {r.host for r in last.replicas
+                                              if r.phase is ReplicaPhase.DONE}  # fmt: skip
+        if last is None or not changed or last.kind is OperationKind.ROLLBACK:
+            return ProblemReply(f"fleet {name}'s last rollout changed no replica to undo")
+        replicas = tuple(line for line in replicas if line.host in changed)
+    try:
+        record = desk.begin(name, change, replicas, actor.id, ctx.channel)
+    except FleetBusy as exc:
+        return ProblemReply(str(exc))
+    return RolloutReply(view_of(record))
+
+
+def fleet_restart(ctx: Context, actor: Actor, command: FleetRestart) -> Reply:
+    return _direct(ctx, actor, command.fleet, FleetChange(OperationKind.RESTART), Action.RESTART)
+
+
+def fleet_rollback(ctx: Context, actor: Actor, command: FleetRollback) -> Reply:
+    """Undo the replicas the last rollout changed: each returns to its last ready config."""
+    change = FleetChange(OperationKind.ROLLBACK)
+    return _direct(ctx, actor, command.fleet, change, Action.ROLLBACK)
+
+
+def fleet_resume(ctx: Context, actor: Actor, command: FleetResume) -> Reply:
+    """Carry on the fleet's unfinished rollout, or retry a stopped one's remaining replicas."""
+    desk = _desk(ctx, command.fleet)
+    if isinstance(desk, ProblemReply):
+        return desk
+    refusal = ctx.policy.may(actor, Action.APPLY, f"fleet {command.fleet}")
+    if refusal is not None:
+        return handlers._refused(ctx, refusal)
+    resumed = desk.resume(command.fleet)
+    if resumed:
+        return RolloutReply(view_of(resumed[0]), resumed=True)
+    last = desk.store.last_rollout(command.fleet)
+    if last is None or last.state is not RolloutState.STOPPED:
+        running = desk.running_in(command.fleet)
+        what = "is running here" if running is not None else "has nothing to resume"
+        return ProblemReply(f"fleet {command.fleet} {what}")
+    desk.store.save_rollout(last.id, RolloutState.RUNNING, last.replicas, None,
+                            at=ctx.clock.now())  # fmt: skip
+    resumed = desk.resume(command.fleet)
+    return RolloutReply(view_of(resumed[0]) if resumed else view_of(last), resumed=True)
+
+
+def fleets(ctx: Context, actor: Actor, command: Fleets) -> Reply:
+    """Every fleet with its replicas' status (config, health), in rollout order."""
+    if ctx.fleets is None:
+        return ProblemReply(_NO_FLEETS)
+    desk = ctx.fleets
+    answers = []
+    for name, fleet in desk.fleets.items():
+        hosts: list[HostSettings] = [ctx.settings.host(h) for h in fleet.hosts]
+        replicas = handlers._ask_all(ctx, tuple(h.name for h in hosts))
+        running = desk.running_in(name)
+        answers.append(FleetAnswer(name, fleet.router, replicas,
+                                   None if running is None else view_of(running)))  # fmt: skip
+    return FleetsReply(tuple(answers))

@@ -1,0 +1,338 @@
+"""The fleet desk: where the bot core plans, records, runs and resumes rollouts.
+
+::
+
+    desk = FleetDesk(fleets, store, agents, sink, clock)
+    desk.resume()                    # carry on what a stopped bot left running
+    rollout = desk.begin("prod", FleetChange(OperationKind.RESTART), replicas, "U1", "C1")
+    desk.wait(rollout.id, timeout_s=600)
+    desk.close()                     # halts the runners; the store keeps them running
+
+Each rollout runs on its own thread; every phase change is saved in the store before the
+front end hears of it (:class:`StoreRolloutLog`), so a bot stopped mid-rollout leaves each
+replica's phase and agent operation on record, and the next bot's :meth:`FleetDesk.resume`
+follows a running agent operation instead of starting it again and puts a replica it finds out
+of the router back. A fleet runs one rollout at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from bot.clock import Clock
+from bot.errors import FleetBusy, NotFound
+from bot.fleet.config import FleetSettings
+from bot.fleet.drain import LoadProbe, ReplicaLoad
+from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
+from bot.fleet.rollout import EVENT_WAIT_S, RolloutRunner, RouterSeam
+from bot.fleet.router import RouterClient
+from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.store.records import RolloutRecord, RolloutReplicaRecord
+from bot.vocab import OperationKind
+
+__all__ = ["FleetDesk", "RolloutSink", "RolloutStore", "StoreRolloutLog", "view_of"]
+
+#: A replica's line has ended once it reaches one of these.
+ENDED_PHASES = frozenset({ReplicaPhase.DONE, ReplicaPhase.ROLLED_BACK, ReplicaPhase.FAILED})
+
+
+class RolloutStore(Protocol):
+    """The store's rollout methods (:class:`bot.store.Store`)."""
+
+    def record_rollout(
+        self,
+        fleet: str,
+        kind: OperationKind,
+        change: str,
+        replicas: Sequence[RolloutReplicaRecord],
+        *,
+        proposed_by: str,
+        state: RolloutState,
+        ratio: float | None = None,
+        size_gb: int | None = None,
+        reason: str | None = None,
+        channel: str | None = None,
+        expires_at: datetime | None = None,
+        at: datetime | None = None,
+    ) -> RolloutRecord: ...
+
+    def rollout(self, rollout_id: int) -> RolloutRecord: ...
+
+    def save_rollout(
+        self,
+        rollout_id: int,
+        state: RolloutState,
+        replicas: Sequence[RolloutReplicaRecord],
+        reason: str | None = None,
+        at: datetime | None = None,
+    ) -> RolloutRecord: ...
+
+    def start_rollout(self, rollout_id: int, applied_by: str, at: datetime) -> RolloutRecord: ...
+
+    def unfinished_rollouts(self) -> list[RolloutRecord]: ...
+
+    def last_rollout(self, fleet: str) -> RolloutRecord | None: ...
+
+    def rollout_by_proposal(self, proposal_id: int) -> RolloutRecord | None: ...
+
+
+class RolloutSink(Protocol):
+    """Where a front end hears of rollouts (the Slack app, the terminal, a test's recorder)."""
+
+    def rollout(self, view: RolloutView) -> None:
+        """A new view of a running rollout (already saved)."""
+        ...
+
+    def replica_ended(self, view: RolloutView, host: str) -> None:
+        """``host``'s line reached done, rolled back or failed."""
+        ...
+
+
+class ClosingRouter(RouterSeam, Protocol):
+    """The router client a runner uses, closed when its rollout ends."""
+
+    def close(self) -> None: ...
+
+
+def view_of(record: RolloutRecord) -> RolloutView:
+    """The view of a stored rollout (the applier, once there is one, is its actor)."""
+    return RolloutView(
+        id=record.id,
+        fleet=record.fleet,
+        change=record.change,
+        actor=record.applied_by or record.proposed_by,
+        state=record.state,
+        replicas=record.replicas,
+        reason=record.reason,
+    )
+
+
+def change_of(record: RolloutRecord) -> FleetChange:
+    return FleetChange(record.kind, ratio=record.ratio, size_gb=record.size_gb)
+
+
+class StoreRolloutLog:
+    """:class:`bot.fleet.rollout.RolloutLog` over the store: each view saved whole."""
+
+    def __init__(self, store: RolloutStore, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def save_rollout(self, view: RolloutView) -> None:
+        self.store.save_rollout(
+            view.id, view.state, view.replicas, view.reason, at=self.clock.now()
+        )
+
+
+@dataclass
+class _Running:
+    runner: RolloutRunner
+    thread: threading.Thread
+    done: threading.Event = field(default_factory=threading.Event)
+    final: RolloutView | None = None
+
+
+class FleetDesk:
+    """Plans, records, runs and resumes the rollouts of ``fleets``; thread-safe."""
+
+    def __init__(
+        self,
+        fleets: Mapping[str, FleetSettings],
+        store: RolloutStore,
+        agents: Mapping[str, ReplicaAgent],
+        sink: RolloutSink,
+        clock: Clock,
+        router: Callable[[str], ClosingRouter] = RouterClient,
+        probe: LoadProbe | None = None,
+        event_wait_s: float = EVENT_WAIT_S,
+    ) -> None:
+        self.fleets = fleets
+        self.store = store
+        self.agents = agents
+        self.sink = sink
+        self.clock = clock
+        self._router = router
+        self._probe = probe or ReplicaLoad()
+        self._event_wait_s = event_wait_s
+        self._lock = threading.Lock()
+        self._running: dict[int, _Running] = {}
+
+    # -- planning and recording -------------------------------------------------------------
+
+    def fleet(self, name: str) -> FleetSettings:
+        try:
+            return self.fleets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.fleets)) or "none configured"
+            raise NotFound(f"there is no fleet {name!r} (fleets: {known})") from None
+
+    def plan(self, name: str, change: FleetChange) -> FleetPlan | FleetRefusal:
+        fleet = self.fleet(name)
+        return plan_fleet(fleet, {h: self.agents[h] for h in fleet.hosts}, change)
+
+    def propose(
+        self,
+        name: str,
+        change: FleetChange,
+        replicas: Sequence[ReplicaView],
+        proposed_by: str,
+        channel: str,
+        expires_at: datetime,
+    ) -> RolloutRecord:
+        """Record a planned rollout that waits for an Apply."""
+        return self._record(name, change, replicas, proposed_by, channel, RolloutState.PROPOSED,
+                            expires_at=expires_at)  # fmt: skip
+
+    def refuse(
+        self, refusal: FleetRefusal, change: FleetChange, proposed_by: str, channel: str
+    ) -> RolloutRecord:
+        """Record a rollout refused at planning: nothing was touched."""
+        reason = "; ".join(f"{host}: {why}" for host, why in refusal.reasons)
+        return self._record(refusal.fleet, change, refusal.replicas, proposed_by, channel,
+                            RolloutState.REFUSED, reason=reason)  # fmt: skip
+
+    def _record(
+        self,
+        name: str,
+        change: FleetChange,
+        replicas: Sequence[ReplicaView],
+        actor: str,
+        channel: str,
+        state: RolloutState,
+        expires_at: datetime | None = None,
+        reason: str | None = None,
+    ) -> RolloutRecord:
+        return self.store.record_rollout(
+            name,
+            change.kind,
+            change.label,
+            replicas,
+            proposed_by=actor,
+            state=state,
+            ratio=change.ratio,
+            size_gb=change.size_gb,
+            reason=reason,
+            channel=channel,
+            expires_at=expires_at,
+            at=self.clock.now(),
+        )
+
+    def running_in(self, name: str) -> RolloutRecord | None:
+        """The rollout of fleet ``name`` running now, if any (in the store: any bot's)."""
+        return next((r for r in self.store.unfinished_rollouts() if r.fleet == name), None)
+
+    def _refuse_busy(self, name: str) -> None:
+        busy = self.running_in(name)
+        if busy is not None:
+            since = busy.started_at or busy.created_at
+            raise FleetBusy(
+                f"fleet {name} is in rollout #{busy.id} ({busy.change}, applied by "
+                f"{busy.applied_by or busy.proposed_by} at {since:%H:%M} UTC); "
+                f"wait for it, or 'resume fleet {name}' if no bot carries it on",
+                busy.id,
+            )
+
+    # -- running ----------------------------------------------------------------------------
+
+    def begin(
+        self,
+        name: str,
+        change: FleetChange,
+        replicas: Sequence[ReplicaView],
+        actor: str,
+        channel: str,
+    ) -> RolloutRecord:
+        """Record a rollout that needs no proposal (restart, rollback) and run it."""
+        self._refuse_busy(name)
+        record = self._record(name, change, replicas, actor, channel, RolloutState.RUNNING)
+        self._launch(record)
+        return record
+
+    def start(self, rollout_id: int, actor: str) -> RolloutRecord:
+        """Start a proposed rollout for ``actor``; the record as it stands (another applier's
+        when they were first: the caller compares ``applied_by``)."""
+        self._refuse_busy(self.store.rollout(rollout_id).fleet)
+        record = self.store.start_rollout(rollout_id, actor, self.clock.now())
+        if record.applied_by == actor and record.state is RolloutState.RUNNING:
+            self._launch(record)
+        return record
+
+    def resume(self, name: str | None = None) -> list[RolloutRecord]:
+        """Carry on every rollout the store holds as running (of fleet ``name`` only, when
+        given) that no runner of this desk carries already."""
+        found = []
+        for record in self.store.unfinished_rollouts():
+            if (name is None or record.fleet == name) and record.fleet in self.fleets:
+                with self._lock:
+                    if record.id in self._running and not self._running[record.id].done.is_set():
+                        continue
+                self._launch(record)
+                found.append(record)
+        return found
+
+    def _launch(self, record: RolloutRecord) -> None:
+        fleet = self.fleet(record.fleet)
+        view = view_of(record)
+        if view.state is not RolloutState.RUNNING:
+            view = RolloutView(view.id, view.fleet, view.change, view.actor,
+                               RolloutState.RUNNING, view.replicas)  # fmt: skip
+        seen = {line.host: line.phase for line in view.replicas}
+
+        def on_view(new: RolloutView) -> None:
+            self.sink.rollout(new)
+            for line in new.replicas:
+                if line.phase in ENDED_PHASES and seen.get(line.host) is not line.phase:
+                    self.sink.replica_ended(new, line.host)
+                seen[line.host] = line.phase
+
+        router = self._router(fleet.router)
+        runner = RolloutRunner(
+            fleet,
+            change_of(record),
+            router,
+            {h: self.agents[h] for h in fleet.hosts},
+            self._probe,
+            self.clock,
+            StoreRolloutLog(self.store, self.clock),
+            on_view,
+            event_wait_s=self._event_wait_s,
+        )
+
+        def run() -> None:
+            try:
+                running.final = runner.run(view)
+            finally:
+                router.close()
+                running.done.set()
+
+        thread = threading.Thread(target=run, name=f"rollout-{record.id}", daemon=True)
+        running = _Running(runner, thread)
+        with self._lock:
+            self._running[record.id] = running
+        self.sink.rollout(view)
+        thread.start()
+
+    def wait(self, rollout_id: int, timeout_s: float | None = None) -> RolloutView | None:
+        """Block until this desk's runner of ``rollout_id`` ends; its last view (None while it
+        still runs at the timeout, or when this desk does not run it)."""
+        with self._lock:
+            running = self._running.get(rollout_id)
+        if running is None:
+            return None
+        running.done.wait(timeout_s)
+        return running.final
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Halt every runner at its next wait and join it; the store keeps them running."""
+        with self._lock:
+            runners = list(self._running.values())
+        for running in runners:
+            running.runner.halt()
+        for running in runners:
+            running.thread.join(timeout_s)
+        if isinstance(self._probe, ReplicaLoad):
+            self._probe.close()
