@@ -10,6 +10,7 @@ variable that holds them, and a :class:`Secret` never shows its value in ``repr`
 
 from __future__ import annotations
 
+import hmac
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -61,7 +62,10 @@ class Secret:
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
+        # Constant time: how long a comparison takes must not tell how much of a secret matched.
+        return isinstance(other, Secret) and hmac.compare_digest(
+            other._value.encode(), self._value.encode()
+        )
 
     def __hash__(self) -> int:
         return hash(self._value)
