@@ -186,7 +186,7 @@ def test_the_example_loads_through_every_loader_unmutated(tmp_path: Path) -> Non
 
 
 @settings(
-    max_examples=600,
+    max_examples=400,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -69,7 +69,7 @@ def test_random_bytes_never_raise(data: bytes, cuts: list[int]) -> None:
     assert isinstance(report, StartupReport)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(REAL)),
     other=st.sampled_from(sorted(REAL)),
