@@ -1,5 +1,6 @@
 """Everything a scenario lets out, gathered as text to search for secrets: log records at every
-level, files a process wrote, what Slack received, the store's rows, reprs and error texts."""
+level, files a process wrote, what Slack received, the store's rows, reprs and error texts; and
+the simulated host the security scenarios run on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.testing import SlackApiStandIn
+from tests.chat.conftest import SMALL, SimHost
+
+#: The small simulated host (2 GPUs, SGLang 0.5.23) serving size 8 GB/rank; with no headroom,
+#: size 10 starts to ready and size 24 fails on host memory and is rolled back.
+HOST = SimHost(
+    profile=SMALL,
+    version="0.5.23",
+    headroom_gb=0,
+    hicache=("--enable-hierarchical-cache", "--hicache-size", "8"),
+    serving_ratio=None,
+    host_name="small-01",
+)
 
 
 class LogCapture(logging.Handler):

@@ -21,7 +21,8 @@ import pytest
 from bot.testing import REPLAY_WINDOW_S, SlackApiStandIn, SlackRequestSigner
 from bot.vocab import OperationState
 from tests.chat._core_fixtures import migrated_store
-from tests.chat.conftest import SMALL, RunningAgent, SimHost, agent_on_sim
+from tests.chat.conftest import RunningAgent, agent_on_sim
+from tests.security._capture import HOST
 from tests.slack._harness import (
     ANA,
     APPLY,
@@ -38,14 +39,6 @@ from tests.slack._harness import (
 
 pytestmark = pytest.mark.slow  # real subprocesses and a simulated start
 
-HOST = SimHost(
-    profile=SMALL,
-    version="0.5.23",
-    headroom_gb=0,
-    hicache=("--enable-hierarchical-cache", "--hicache-size", "8"),
-    serving_ratio=None,
-    host_name="small-01",
-)
 SIGNER = SlackRequestSigner(SIGNING_SECRET)
 HOSTILE = [
     "resize ratio 4 --model-path /x",

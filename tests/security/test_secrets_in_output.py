@@ -13,8 +13,6 @@ the bot token, the app token, the signing secret and both agent tokens: none may
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +29,9 @@ from bot.store import Store
 from bot.testing import SlackApiStandIn, SlackRequestSigner
 from bot.vocab import OperationState
 from tests.chat._core_fixtures import chat_settings, migrated_store
-from tests.chat.conftest import PYTHON, SMALL, TOKEN, TOKEN_ENV, RunningAgent, SimHost, free_port
+from tests.chat.conftest import TOKEN, TOKEN_ENV, RunningAgent, free_port
 from tests.chat.conftest import write_agent_config as agent_config
-from tests.security._capture import Exposure, all_logs
+from tests.security._capture import HOST, Exposure, all_logs
 from tests.slack._harness import (
     ANA,
     APPLY,
@@ -57,44 +55,14 @@ BOT_TOKEN = "xoxb-4471-s3cr3t-b0t-t0ken-9c2e"
 APP_TOKEN = "xapp-1-A0KIMI-s3cr3t-app-t0ken-77d1"
 VIEWER = "v13wer-s3cr3t-t0ken-5b8f"
 SECRETS = (BOT_TOKEN, APP_TOKEN, SIGNING_SECRET, TOKEN, VIEWER)
-HOST = SimHost(
-    profile=SMALL,
-    version="0.5.23",
-    headroom_gb=0,
-    hicache=("--enable-hierarchical-cache", "--hicache-size", "8"),
-    serving_ratio=None,
-    host_name="small-01",
-)
 
 
 @dataclass
 class CapturedAgent(RunningAgent):
-    """The agent subprocess with two tokens, its stdout and stderr kept in files."""
+    """The agent subprocess with two tokens (its stdout and stderr go to files in ``root``)."""
 
     def env(self) -> dict[str, str]:
         return {**os.environ, TOKEN_ENV: f"slack-bot:{TOKEN},grafana:{VIEWER}:ro"}
-
-    def start(self) -> None:
-        addr = self.state_dir / "agent.addr"
-        addr.unlink(missing_ok=True)
-        with (
-            (self.root / "agent.out").open("ab") as stdout,
-            (self.root / "agent.err").open("ab") as stderr,
-        ):
-            self.process = subprocess.Popen(
-                [PYTHON, "-m", "bot", "agent", "--config", str(self.config)],
-                stdout=stdout,
-                stderr=stderr,
-                env=self.env(),
-            )
-        self.runs.append(self.process)
-        deadline = time.monotonic() + 60
-        while not (addr.is_file() and addr.read_text(encoding="utf-8").strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                err = (self.root / "agent.err").read_text(errors="replace")
-                raise AssertionError(f"the agent did not start:\n{err}")
-            time.sleep(0.05)
-        self.url = addr.read_text(encoding="utf-8").strip()
 
 
 @pytest.fixture
@@ -194,6 +162,7 @@ def test_no_secret_appears_in_any_output_of_a_whole_scenario(
     exposure.add_files(agent.root)
     exposure.add_files(tmp_path / "kimi-ops.db")  # the bot's store, as rows
     assert used_bot_token
+    assert {"agent.out", "agent.err", "server.log"} <= {Path(w).name for w in exposure.texts}
     assert len(logs.lines) > 50
     assert "READY" in exposure.texts["slack chat.update"]
     assert "unauthorized" in exposure.texts["agent answer to wrong-t0ken"]
