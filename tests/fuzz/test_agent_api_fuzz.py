@@ -29,7 +29,7 @@ from tests.agent._api_helpers import SMALL, agent_settings, auth, tree_listing
 
 pytestmark = pytest.mark.slow  # a real agent with its simulated host
 
-MAX_EXAMPLES = 100
+MAX_EXAMPLES = 60
 MAX_WAIT_S = 0.1  # generated long-poll waits are cut to this; the cap is tested elsewhere
 
 

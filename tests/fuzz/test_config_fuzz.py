@@ -48,7 +48,18 @@ READER = {"agent": "agent", "bot": "bot", "policy": "bot", "hosts": "bot"}
 READER |= {"slack": "slack", "store": "store", "reports": "reports"}
 
 ODD_VALUES: list[Any] = [
-    *("", " ", "x", "http://[", "https://[::1", "0.0.0.0:99999", ":7300", "\u202e", "a" * 5000),
+    *(
+        "",
+        " ",
+        "x",
+        "http://[",
+        "https://[::1",
+        "http://h:port",
+        "0.0.0.0:99999",
+        ":7300",
+        "\u202e",
+        "a" * 5000,
+    ),
     *(0, -1, -(2**63), 2**63 - 1, 10**30, -(10**30), 1.5, -0.5, 1e308, -1e308),
     *(math.inf, -math.inf, math.nan, True, False),
     *([], ["a", 1], [[]], {}, {"x": 1}),
@@ -186,7 +197,7 @@ def test_the_example_loads_through_every_loader_unmutated(tmp_path: Path) -> Non
 
 
 @settings(
-    max_examples=400,
+    max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
