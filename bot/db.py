@@ -29,7 +29,7 @@ def parse_url(url: str | URL) -> URL:
     """``url`` as a SQLAlchemy URL, or an :class:`InputError` naming it."""
     try:
         return make_url(url)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # "sqlite://:1" fails in int(), not the parser
         raise InputError(
             f"database URL {str(url)!r} is not a SQLAlchemy URL; "
             "use e.g. sqlite:///kimi-ops.db or postgresql+pg8000://user@host/db"

@@ -10,6 +10,8 @@ variable that holds them, and a :class:`Secret` never shows its value in ``repr`
 
 from __future__ import annotations
 
+import hmac
+import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -21,6 +23,7 @@ from bot.errors import ConfigError
 __all__ = [
     "CONFIG_ENV",
     "KNOWN_SECTIONS",
+    "MAX_SETTING",
     "Secret",
     "Section",
     "find_config_path",
@@ -29,6 +32,9 @@ __all__ = [
 ]
 
 CONFIG_ENV = "KIMI_OPS_CONFIG"
+#: No number in the file is larger: a billion seconds is 31 years, a billion GB an exabyte. A
+#: larger value is a typo, and would overflow a timer or a date later, far from the file.
+MAX_SETTING = 1_000_000_000
 
 #: Every top-level table a kimi-ops config file may hold; a part that reads a new section adds
 #: it here (and documents it in ``deploy/kimi-ops.example.toml``).
@@ -61,7 +67,10 @@ class Secret:
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
+        # Constant time: how long a comparison takes must not tell how much of a secret matched.
+        return isinstance(other, Secret) and hmac.compare_digest(
+            other._value.encode(), self._value.encode()
+        )
 
     def __hash__(self) -> int:
         return hash(self._value)
@@ -151,15 +160,26 @@ class Section:
         value: int = self._get(key, _REQUIRED if default is None else default, (int,), "an integer")
         if minimum is not None and value < minimum:
             raise ConfigError(f"[{self.name}] {key} must be at least {minimum}, not {value}")
+        self._at_most_ceiling(key, value)
         return value
 
     def number(self, key: str, default: float | None = None, minimum: float | None = None) -> float:
-        value = float(
-            self._get(key, _REQUIRED if default is None else default, (int, float), "a number")
-        )
+        raw = self._get(key, _REQUIRED if default is None else default, (int, float), "a number")
+        # TOML reads nan, inf and integers of any length: none of them is a setting.
+        value = float(raw) if abs(raw) < 1e300 else math.inf
+        if not math.isfinite(value):
+            raise ConfigError(f"[{self.name}] {key} must be a finite number, not {raw!r}")
         if minimum is not None and value < minimum:
             raise ConfigError(f"[{self.name}] {key} must be at least {minimum}, not {value:g}")
+        self._at_most_ceiling(key, value)
         return value
+
+    def _at_most_ceiling(self, key: str, value: float) -> None:
+        if abs(value) > MAX_SETTING:
+            raise ConfigError(
+                f"[{self.name}] {key} is {value:g}, beyond any setting kimi-ops reads (at most "
+                f"{MAX_SETTING:,}); check the value"
+            )
 
     def flag(self, key: str, default: bool | None = None) -> bool:
         value: bool = self._get(

@@ -160,7 +160,9 @@ def agent_settings_from_config(
     listen_host, listen_port = _parse_listen(section.text("listen", "127.0.0.1:7300"))
     token_env = section.text("token_env", "KIMI_AGENT_TOKEN")
     tokens = parse_tokens(
-        secret_from_env(environ, token_env, "the token the bot sends to this agent").reveal(),
+        secret_from_env(
+            environ, token_env, "the token the bot sends to this agent ([agent] token_env)"
+        ).reveal(),
         token_env,
     )
     tls_cert, tls_key = _tls_paths(section)

@@ -197,6 +197,10 @@ def _host(name: str, table: object) -> HostSettings:
     url = section.text("url")
     if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
         raise ConfigError(f"[{key}] url must be http:// or https:// and a host, not {url!r}")
+    try:
+        urlsplit(url).port  # noqa: B018 -- parses the host and port: "http://[" and ":x" fail
+    except ValueError as exc:
+        raise ConfigError(f"[{key}] url {url!r} does not parse as a URL: {exc}") from exc
     token_env = section.text("token_env", DEFAULT_TOKEN_ENV)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env):
         raise ConfigError(

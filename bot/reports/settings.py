@@ -113,7 +113,7 @@ def load_report_settings(config: Mapping[str, Any]) -> ReportSettings:
     timezone = section.text("timezone", "UTC")
     try:
         ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a name over 255 bytes
         raise ConfigError(
             f"[reports] timezone {timezone!r} is not an IANA time zone (e.g. 'UTC', 'Europe/Paris')"
         ) from exc

@@ -63,6 +63,7 @@ class StartupParser:
         self._tail = ""  # the last, unfinished line
         self._discarding = False  # inside a line longer than MAX_LINE, past its kept part
         self._stamp = ""
+        self._stamp_is_time = True  # whether ``_stamp`` is a real date and time
         self._at: datetime | None = None
         self._stamped = True  # whether the line being read carries its own time
         self._new_start()
@@ -152,7 +153,10 @@ class StartupParser:
             stamp = header.group(1)
             if stamp != self._stamp:
                 self._stamp = stamp
-                self._at = self._parse_stamp(stamp)
+                parsed = self._parse_stamp(stamp)
+                self._stamp_is_time = parsed is not None
+                self._at = parsed or self._at
+            self._stamped = self._stamp_is_time
             rank = header.group(2)[1:] or None
             message = segment[header.end() :]
         if not message.strip():
@@ -173,12 +177,17 @@ class StartupParser:
             if seen is not None:
                 out.append(seen)
 
-    def _parse_stamp(self, stamp: str) -> datetime:
+    def _parse_stamp(self, stamp: str) -> datetime | None:
+        """The time ``stamp`` gives, or None when its digits are no date: a log cut and spliced
+        mid-line can read ``[2026-20-02 10:45:43 TP0]``, which then counts as an untimed line."""
         if len(stamp) == len("01-28 04:18:10"):
             # No year logged: take the last one seen (2000, a leap year, before any).
             year = self._at.year if self._at is not None else 2000
             stamp = f"{year}-{stamp}"
-        return datetime.fromisoformat(stamp)
+        try:
+            return datetime.fromisoformat(stamp)
+        except ValueError:
+            return None
 
     def _startup_line(
         self, message: str, line: str, rank: str | None, at: datetime | None, out: list[Event]

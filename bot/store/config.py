@@ -6,6 +6,7 @@ Precedence: ``--url`` on the command line, else ``[store] url`` of the config fi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from bot.db import parse_url
-from bot.errors import ConfigError
+from bot.errors import ConfigError, InputError
 from bot.settings import (
     CONFIG_ENV,
     Secret,
@@ -27,6 +28,7 @@ __all__ = ["DEFAULT_URL", "StoreSettings", "resolve_settings", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///kimi-ops.db"
 _KEYS = ("url", "busy_timeout_s", "password_env")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,27 @@ class StoreSettings:
     ) -> StoreSettings:
         section = Section(config, "store", _KEYS)
         url = section.text("url", DEFAULT_URL)
-        if parse_url(url).password is not None:
+        try:
+            parsed = parse_url(url)
+        except InputError as exc:
+            raise ConfigError(f"[store] url: {exc}") from exc
+        if parsed.password is not None:
             raise ConfigError(
                 "[store] url holds a password; remove it from the URL and name the environment "
                 "variable that holds it in [store] password_env"
             )
         variable = section.optional_text("password_env")
+        if variable is not None and not _VARIABLE.fullmatch(variable):
+            raise ConfigError(
+                "[store] password_env must name the environment variable that holds the "
+                f"password, such as KIMI_DB_PASSWORD, not {variable!r}"
+            )
         password = (
             None
             if variable is None
-            else secret_from_env(environ or {}, variable, "the database password")
+            else secret_from_env(
+                environ or {}, variable, "the database password ([store] password_env names it)"
+            )
         )
         return cls(
             url=url,

@@ -130,10 +130,15 @@ class RunningAgent:
         """Start (or start again) the agent and wait for its address file."""
         addr = self.state_dir / "agent.addr"
         addr.unlink(missing_ok=True)
-        with (self.root / "agent.err").open("ab") as stderr:
+        # Both streams kept in files: a failed start shows stderr, and the security tests read
+        # every byte the agent wrote.
+        with (
+            (self.root / "agent.out").open("ab") as stdout,
+            (self.root / "agent.err").open("ab") as stderr,
+        ):
             self.process = subprocess.Popen(
                 [PYTHON, "-m", "bot", "agent", "--config", str(self.config)],
-                stdout=subprocess.DEVNULL,
+                stdout=stdout,
                 stderr=stderr,
                 env=self.env(),
             )
