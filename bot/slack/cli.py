@@ -27,6 +27,7 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 
 from bot.chat.config import load_chat_settings
 from bot.errors import ConfigError, SchedulerLocked
+from bot.fleet import load_fleets
 from bot.reports import load_report_settings
 from bot.reports.runtime import add_scheduler_flag
 from bot.settings import find_config_path, load_config
@@ -71,12 +72,13 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     chat = load_chat_settings(config, path)
     slack = load_slack_settings(config, env)
     reports = load_report_settings(config)
+    fleets = load_fleets(config, chat.host_names)
     store_settings = StoreSettings.from_config(config, env)
     url = store_settings.engine_url()
     upgrade_to_head(url)
     sock = bind(args.listen, args.port) if args.http else None
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
-        bot = build_bot(chat, slack, tokens, store, env, reports=reports)
+        bot = build_bot(chat, slack, tokens, store, env, reports=reports, fleets=fleets)
         try:
             if not args.no_scheduler:
                 try:

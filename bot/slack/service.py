@@ -17,9 +17,11 @@ from slack_bolt import App
 from bot.chat.agent_client import revisions_source
 from bot.chat.config import ChatSettings
 from bot.chat.core import ChatCore, build_core
+from bot.chat.fleet_commands import attach_fleets
 from bot.chat.policy import Actor
 from bot.chat.store_audit import StoreAudit
 from bot.clock import Clock, SystemClock
+from bot.fleet import FleetSettings
 from bot.reports import ReportSettings
 from bot.reports.runtime import ReportDesk, ReportScheduler, attach_reports, start_scheduler
 from bot.slack._book import MessageBook
@@ -108,9 +110,12 @@ def build_bot(
     reports: ReportSettings | None = None,
     metrics_transport: httpx.BaseTransport | None = None,
     groups_ttl_s: float = DEFAULT_GROUPS_TTL_S,
+    fleets: Mapping[str, FleetSettings] | None = None,
 ) -> SlackBot:
     """The bot over ``store``; ``tokens.signing_secret`` set means HTTP mode; ``reports`` set
-    means the ``report`` commands answer (else they say reports are not set up here)."""
+    means the ``report`` commands answer (else they say reports are not set up here); ``fleets``
+    (``[fleets.NAME]``) set means the fleet commands answer, and a rollout a stopped bot left
+    running is carried on at :meth:`SlackBot.start`."""
     client = web_client(tokens.bot, slack.api_url)
     book = MessageBook(store)
     front = SlackFrontEnd(client, book, slack.channel)
@@ -128,6 +133,8 @@ def build_bot(
         poll_wait_s=poll_wait_s,
         retry_s=retry_s,
     )
+    if fleets:
+        attach_fleets(core.context, store, fleets, front)
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
     groups = chat.policy.usergroups
     actors = UserGroups(client, groups, groups_ttl_s).actor if groups else Actor
