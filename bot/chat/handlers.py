@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from bot.agent_json import AgentOperation, AgentStatus, PlannedChange
 from bot.chat._usage import HELP_LINES
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_views import AgentOperation, AgentStatus, PlannedChange
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings, HostSettings
 from bot.chat.grammar import (

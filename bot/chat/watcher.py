@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from bot.agent_json import AgentEvent, OperationPage
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_views import AgentEvent, OperationPage
 from bot.chat.audit import Audit, Watch
 from bot.chat.progress import ProgressView, UpdateThrottle, progress_view
 from bot.chat.replies import FrontEnd

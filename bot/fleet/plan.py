@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.chat.agent_views import AgentOperation, OperationPage, PlannedChange
+from bot.agent_json import AgentOperation, OperationPage, PlannedChange
 from bot.errors import AgentError
 from bot.fleet.config import FleetSettings
 from bot.fleet.view import ReplicaView

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from bot.chat.agent_views import AgentOperation
+from bot.agent_json import AgentOperation
 from bot.clock import Clock
 from bot.errors import AgentError
 from bot.fleet.config import FleetSettings

@@ -14,17 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bot.prometheus import prometheus_samples
 from bot.reports.model import ServerMetrics
 
-__all__ = ["metrics_from_mapping", "parse_prometheus"]
+__all__ = ["metrics_from_mapping"]
 
 _FRACTIONS = ("sglang:token_usage", "sglang:cache_hit_rate")
-
-
-def parse_prometheus(text: str) -> dict[str, list[float]]:
-    """Every sample of every metric by name; comments, malformed and non-finite lines skipped."""
-    return prometheus_samples(text)
 
 
 def _fraction(values: list[float] | None) -> float | None:
