@@ -7,11 +7,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
+
+FAKE_SYSTEMD = Path(__file__).parent / "fake_systemd"
+
+
+def fake_systemd_executables(directory: Path) -> tuple[Path, Path]:
+    """The stand-in ``systemctl`` and ``journalctl`` of ``fake_systemd/``, copied into
+    ``directory`` to run on this interpreter without ``site`` (``-S``; they use only the
+    standard library).
+
+    The agent asks ``systemctl show`` at every poll: through the originals'
+    ``#!/usr/bin/env python3`` each call starts whatever ``python3`` comes first on PATH (a
+    pyenv shim is two shells and a version lookup before Python), and ``site``'s work on top.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for name in ("systemctl", "journalctl"):
+        text = (FAKE_SYSTEMD / name).read_text(encoding="utf-8")
+        shebang, _, body = text.partition("\n")
+        assert shebang.startswith("#!"), f"fake_systemd/{name} lost its shebang"
+        copy = directory / name
+        copy.write_text(f"#!{sys.executable} -S\n{body}", encoding="utf-8")
+        copy.chmod(0o755)
+        copies.append(copy)
+    return copies[0], copies[1]
 
 
 @pytest.fixture
