@@ -61,12 +61,18 @@ def spawn() -> Iterator[Spawn]:
         process.wait(timeout=10)
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``timeout_s`` (a bounded wait)."""
+def wait_until(
+    condition: Callable[[], bool],
+    timeout_s: float = 10.0,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout_s`` (a bounded wait),
+    with what ``explain()`` says of where things stood."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout_s} s")
+            detail = "" if explain is None else f": {explain()}"
+            pytest.fail(f"condition not met within {timeout_s} s{detail}")
         time.sleep(0.02)
 
 
