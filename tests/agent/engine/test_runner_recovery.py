@@ -188,8 +188,12 @@ def test_a_stall_ends_when_the_log_moves_again(backend_rig: Rigs) -> None:
     rig.start_server()
     manager = rig.manager()
     op = manager.submit("resize", actor="ana", size_gb=8)
-    wait_until(lambda: manager.get(op.id).state == "stalled", timeout_s=60)
-    wait_until(lambda: manager.get(op.id).state != "stalled", timeout_s=60)
+
+    def so_far() -> str:
+        return f"the events so far: {[e.message for e in manager.state.events(op.id)]}"
+
+    wait_until(lambda: manager.get(op.id).state == "stalled", timeout_s=60, explain=so_far)
+    wait_until(lambda: manager.get(op.id).state != "stalled", timeout_s=60, explain=so_far)
     assert manager.get(op.id).state in ("running", "ready")
     final = wait_final(manager, op.id)
     events = manager.state.events(op.id)
