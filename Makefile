@@ -24,9 +24,10 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -n 2 --durations=15
 
-# The loop while editing: no real subprocesses, no simulated timings (those are marked slow).
+# The loop while editing: no real subprocesses, no simulated timings (those are marked slow),
+# and a tenth of each property test's examples (the Hypothesis profile in tests/conftest.py).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not real_sglang" -n 2
+	$(BIN)/python -m pytest -m "not slow and not real_sglang" --hypothesis-profile=fast -n 2
 
 # Against a real SGLang 0.5.23 on CPU: builds (once, outside .venv) the side virtualenv and the
 # tiny model, then runs only the tests marked real_sglang, one at a time (they share the server).

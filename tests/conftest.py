@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
+
+from tests._examples import FAST_PROFILE
+
+# Registered here, before Hypothesis's plugin loads the profile named on the command line.
+settings.register_profile(FAST_PROFILE, max_examples=10)
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,7 @@ import httpx
 
 from bot.prometheus import ServerMetrics, prometheus_samples, prometheus_sums, server_metrics
 
-__all__ = ["SGLangClient", "parse_prometheus"]
+__all__ = ["SGLangClient"]
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -90,7 +90,7 @@ class SGLangClient:
         response = self._get("/metrics")
         if response is None or response.status_code != 200:
             return None
-        return parse_prometheus(response.text)
+        return prometheus_sums(response.text)
 
     def server_metrics(self) -> ServerMetrics | None:
         """Token usage, running and queued requests, cache hit rate from ``/metrics``; None when
@@ -99,12 +99,3 @@ class SGLangClient:
         if response is None or response.status_code != 200:
             return None
         return server_metrics(prometheus_samples(response.text))
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Parse Prometheus exposition text into ``{metric name: value}``.
-
-    ``sglang:num_queue_reqs{model_name="kimi"} 80.0`` gives ``{"sglang:num_queue_reqs": 80.0}``;
-    comments, malformed lines and non-finite values are skipped; repeated names are summed.
-    """
-    return prometheus_sums(text)

@@ -1,6 +1,6 @@
 """One typed client for one agent's HTTP API: the only way the bot talks to a GPU host.
 
-Every call returns a frozen value of :mod:`bot.chat.agent_views` or raises a kind of
+Every call returns a frozen value of :mod:`bot.agent_json` or raises a kind of
 :class:`~bot.errors.AgentError` (the kinds and their status codes are drawn in :mod:`bot.errors`)
 carrying the agent's body; httpx's own errors never leave this module. Tests pass ``transport=``
 (``httpx.MockTransport``, or real HTTP to an agent subprocess). ``tls=`` says how an
@@ -21,8 +21,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from bot.chat.agent_tls import PinMismatch, TlsPolicy, client_context, find_certificate_error
-from bot.chat.agent_views import (
+from bot.agent_json import (
     AgentEvent,
     AgentOperation,
     AgentPlan,
@@ -30,6 +29,7 @@ from bot.chat.agent_views import (
     OperationPage,
     PlannedChange,
 )
+from bot.chat.agent_tls import PinMismatch, TlsPolicy, client_context, find_certificate_error
 from bot.chat.config import ChatSettings
 from bot.errors import (
     AgentAuthError,

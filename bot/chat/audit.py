@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from bot.chat.agent_views import AgentEvent, AgentOperation, PlannedChange
+from bot.agent_json import AgentEvent, AgentOperation, PlannedChange
 from bot.chat.policy import ProposalTerms, Refusal
 from bot.chat.progress import ProgressView
 

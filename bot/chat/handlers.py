@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from bot.agent_json import AgentOperation, AgentStatus, PlannedChange
 from bot.chat._usage import help_lines
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_views import AgentOperation, AgentStatus, PlannedChange
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings, HostSettings
 from bot.chat.grammar import (

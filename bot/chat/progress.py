@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.chat.agent_views import AgentEvent
+from bot.agent_json import AgentEvent
 from bot.vocab import FINAL_OPERATION_STATES, EventPhase, FailureKind, OperationState
 
 __all__ = [

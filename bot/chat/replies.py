@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from bot.chat.agent_views import AgentOperation, AgentPlan, AgentStatus
+from bot.agent_json import AgentOperation, AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bot.chat.agent_views import PlannedChange
+from bot.agent_json import PlannedChange
 from bot.reports import Cadence, HostReport
 from bot.store.records import ReportSchedule
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from bot.chat.agent_views import AgentEvent, AgentOperation, PlannedChange
+from bot.agent_json import AgentEvent, AgentOperation, PlannedChange
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import ProposalState, ProposalTerms, Refusal
 from bot.chat.progress import ProgressView

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from bot.agent_json import AgentEvent, OperationPage
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_views import AgentEvent, OperationPage
 from bot.chat.audit import Audit, Watch
 from bot.chat.progress import ProgressView, UpdateThrottle, progress_view
 from bot.chat.replies import FrontEnd
@@ -126,21 +126,37 @@ class Watcher:
         for end in range(start + 1, len(self._events)):
             if self._events[end].phase is not self._events[end - 1].phase:
                 self._offer(self._view(end, self._state_before(end, operation.state), None))
-        failure = None if operation.failure is None else operation.failure.raw
-        view = self._view(len(self._events), operation.state, failure)
+        ended = self._ended(operation.state)
+        state = operation.state if ended else self._state_before(len(self._events), operation.state)
+        failure = None if operation.failure is None or not ended else operation.failure.raw
+        view = self._view(len(self._events), state, failure)
         self._offer(view)
-        if operation.state is not self._state:
-            self._state = operation.state
-            if operation.state in NOTIFY_STATES:
+        if state is not self._state:
+            self._state = state
+            if state in NOTIFY_STATES:
                 people = tuple(
                     dict.fromkeys(p for p in (self.watch.proposed_by, self.watch.applied_by) if p)
                 )
                 self._front.notify(people, self.watch, view)
-        if operation.finished:
+        if ended:
             self._audit.finish(self.watch, operation, view)
             self.final = view
             return True
         return False
+
+    def _ended(self, state: OperationState) -> bool:
+        """Whether the operation has ended with its final event in hand.
+
+        The agent reads a page's events before its operation, so a page can show the final
+        state without the final event, written a moment later in the same transaction as that
+        state. The audit records the end from that event: until it is here the watch goes on
+        (the next poll returns it at once).
+        """
+        return (
+            state in FINAL_OPERATION_STATES
+            and bool(self._events)
+            and self._events[-1].phase.value == state.value
+        )
 
     def _state_before(self, count: int, now: OperationState) -> OperationState:
         """The state an earlier view of this page had: the operation's own, unless it has

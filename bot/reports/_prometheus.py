@@ -14,14 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bot.prometheus import ServerMetrics, prometheus_samples, server_metrics
+from bot.prometheus import ServerMetrics, server_metrics
 
-__all__ = ["metrics_from_mapping", "parse_prometheus"]
-
-
-def parse_prometheus(text: str) -> dict[str, list[float]]:
-    """Every sample of every metric by name; comments, malformed and non-finite lines skipped."""
-    return prometheus_samples(text)
+__all__ = ["metrics_from_mapping"]
 
 
 def metrics_from_mapping(samples: Mapping[str, list[float]]) -> ServerMetrics | None:

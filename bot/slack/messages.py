@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from bot.chat.agent_views import AgentPlan, AgentStatus
+from bot.agent_json import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
 from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply

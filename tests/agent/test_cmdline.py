@@ -19,6 +19,7 @@ from bot.agent.cmdline import (
     validate_command,
 )
 from bot.errors import CommandLineError
+from tests._examples import examples
 
 LAUNCH = ["python", "-m", "sglang.launch_server"]
 # The command line of the deployment in the field notes (Kimi-K2.5, TP 8, 48 GB/rank).
@@ -226,14 +227,14 @@ def _others(argv: list[str]) -> list[str]:
 _ARGVS = st.lists(st.one_of(_OTHER, _HICACHE), max_size=10).map(_argv)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(argv=_ARGVS, setting=_SETTINGS)
 def test_rewrite_keeps_other_arguments_in_order(argv: list[str], setting: HiCacheSetting) -> None:
     """Every argument other than the enable, ratio and size flags survives, in its order."""
     assert _others(rewrite_hicache(argv, setting)) == _others(argv)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(argv=_ARGVS, setting=_SETTINGS)
 def test_rewrite_reads_back_as_the_effective_setting(
     argv: list[str], setting: HiCacheSetting
@@ -251,7 +252,7 @@ def test_rewrite_reads_back_as_the_effective_setting(
     assert read_hicache(rewrite_hicache(argv, setting)).effective() == wanted
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(argv=_ARGVS, setting=_SETTINGS)
 def test_rewrite_is_idempotent(argv: list[str], setting: HiCacheSetting) -> None:
     """Rewriting an already rewritten argv to the same setting changes nothing."""

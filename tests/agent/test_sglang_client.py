@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from bot.agent.sglang_client import SGLangClient, parse_prometheus
+from bot.agent.sglang_client import SGLangClient
 
 
 def _client(handler: httpx.MockTransport) -> SGLangClient:
@@ -65,6 +65,7 @@ def test_metrics_parses_prometheus_text() -> None:
         "sglang:num_running_reqs": 7.0,
         "sglang:hicache_host_total_tokens": 637097.0,
     }
-    assert parse_prometheus("") == {}
+    empty = _client(httpx.MockTransport(lambda request: httpx.Response(200, text="")))
+    assert empty.metrics() == {}
     missing = _client(httpx.MockTransport(lambda request: httpx.Response(404)))
     assert missing.metrics() is None

@@ -20,7 +20,8 @@ from bot.chat.policy import Actor
 from bot.chat.progress import ProgressView
 from bot.chat.replies import OperationReply, ProposalReply, Reply
 from bot.chat.store_audit import StoreAudit
-from bot.store import Store, upgrade_to_head
+from bot.store import Store
+from tests._store_template import migrated_sqlite
 from tests.chat.conftest import TOKEN, TOKEN_ENV
 
 
@@ -52,10 +53,8 @@ class RecordingFrontEnd:
 
 
 def migrated_store(root: Path) -> Store:
-    """A SQLite store brought to the newest migration."""
-    url = f"sqlite:///{root / 'kimi-ops.db'}"
-    upgrade_to_head(url)
-    return Store(url)
+    """A SQLite store at the newest migration (a copy of one migrated once per process)."""
+    return Store(migrated_sqlite(root / "kimi-ops.db"))
 
 
 def chat_settings(

@@ -32,6 +32,7 @@ from bot.chat.grammar import (
     UsageError,
     parse,
 )
+from tests._examples import examples
 
 HOSTS = ("kimi-01", "kimi-02")
 
@@ -178,7 +179,7 @@ def test_no_hosts_configured_says_so() -> None:
         parse("status kimi-01", ())
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(max_size=60))
 def test_any_text_is_a_command_or_a_usage_error(text: str) -> None:
     """Arbitrary text never raises anything but a UsageError, and an error has a reason."""
@@ -197,7 +198,7 @@ _WORDS = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(_WORDS, max_size=6), st.sampled_from([" ", "  ", "\t", " \t "]))
 def test_any_sequence_of_known_words_is_a_command_or_a_usage_error(
     words: list[str], sep: str

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bot.chat.agent_views import AgentEvent
+from bot.agent_json import AgentEvent
 from bot.chat.progress import BAR_WIDTH, ProgressView, UpdateThrottle, progress_view
 from bot.vocab import EventPhase, FailureKind, OperationState
 

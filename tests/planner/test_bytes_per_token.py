@@ -23,6 +23,7 @@ from bot.planner import (
     kv_shape_from_config,
     make_plan,
 )
+from tests._examples import examples
 
 # Kimi-K2.5 / DeepSeek-V3 shape: MLA, kv_lora_rank 512 + qk_rope_head_dim 64, 61 layers, bf16.
 DEEPSEEK_V3: dict[str, Any] = {
@@ -185,7 +186,7 @@ LAYERS = st.integers(1, 128)
 PAGES = st.sampled_from([1, 16, 64])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     tokens=TOKENS,
     unit=LAYER_BYTES,
@@ -220,7 +221,7 @@ def test_planned_bytes_are_never_below_sglangs_on_the_true_bytes_per_token(
     assert math.isfinite(snapped.per_rank_bytes)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(tokens=TOKENS, unit=LAYER_BYTES, layers=LAYERS, page=PAGES, size_gb=st.integers(1, 400))
 def test_planned_size_bytes_are_never_below_sglangs_and_tokens_never_above(
     tokens: int, unit: int, layers: int, page: int, size_gb: int

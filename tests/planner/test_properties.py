@@ -15,6 +15,7 @@ from bot.planner import (
     Verdict,
     make_plan,
 )
+from tests._examples import examples
 
 sizes = st.integers(min_value=1, max_value=2000)
 ratios = st.floats(min_value=0.05, max_value=64, allow_nan=False, allow_infinity=False)
@@ -26,7 +27,7 @@ available = st.floats(min_value=0, max_value=4_000, allow_nan=False)
 held = st.floats(min_value=0, max_value=1_000, allow_nan=False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(sizes, ranks, pages, bytes_per_token, device_tokens, available, held)
 def test_size_plans_never_fall_below_the_request_and_respect_the_budget(
     size: int, n_ranks: int, page: int, bpt: int, tokens: int, avail: float, held_gb: float
@@ -55,7 +56,7 @@ def test_size_plans_never_fall_below_the_request_and_respect_the_budget(
         assert plan.total_bytes > plan.budget_bytes or "not larger than" in plan.reason
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ratios, ranks, pages, bytes_per_token, device_tokens, available, held)
 def test_ratio_plans_fit_only_within_budget(
     ratio: float, n_ranks: int, page: int, bpt: int, tokens: int, avail: float, held_gb: float
@@ -79,7 +80,7 @@ def test_ratio_plans_fit_only_within_budget(
         assert plan.headroom_left_bytes >= 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ranks, bytes_per_token, available, st.sampled_from(["0.5.9", "0.5.12", "0.5.23"]))
 def test_the_suggested_largest_size_fits_and_one_more_does_not(
     n_ranks: int, bpt: int, avail: float, version: str
@@ -96,7 +97,7 @@ def test_the_suggested_largest_size_fits_and_one_more_does_not(
     assert not make_plan(ChangeRequest(size_gb=largest + 1), facts, memory).fits
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ranks, bytes_per_token, available, st.sampled_from(["0.5.9", "0.5.12", "0.5.23"]))
 def test_the_suggested_largest_ratio_fits(
     n_ranks: int, bpt: int, avail: float, version: str

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bot.agent_json import AgentEvent, AgentPlan, AgentStatus
 from bot.chat._usage import HELP_LINES
-from bot.chat.agent_views import AgentEvent, AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import progress_view
 from bot.chat.replies import (

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from slack_sdk import WebClient
 
-from bot.chat.agent_views import AgentOperation
+from bot.agent_json import AgentOperation
 from bot.chat.audit import Watch
 from bot.chat.policy import Actor
 from bot.chat.replies import OperationReply, ProposalReply

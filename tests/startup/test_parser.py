@@ -20,6 +20,7 @@ from bot.startup import (
     ShardProgress,
     StartupParser,
 )
+from tests._examples import examples
 from tests.startup.conftest import parse_all, read_log
 
 FIXTURES = (
@@ -58,7 +59,7 @@ def _chunked(text: str, cuts: list[int]) -> list[object]:
     return events
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_any_chunking_gives_the_events_of_one_chunk(data: st.DataObject) -> None:
     """Random split points (mid-line, between \\r and \\n) give exactly the one-chunk events."""
@@ -67,7 +68,7 @@ def test_any_chunking_gives_the_events_of_one_chunk(data: st.DataObject) -> None
     assert _chunked(text, cuts) == parse_all(text)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(cuts=st.lists(st.integers(0, 2000), max_size=30))
 def test_chunking_near_tqdm_refreshes_changes_nothing(cuts: list[int]) -> None:
     """Splits inside 0.5.23's \\r-only tqdm bar and its glued rank line change no event."""

@@ -25,6 +25,7 @@ from sqlalchemy import create_engine, func, select, text
 
 from bot.store import Store, upgrade_to_head
 from bot.store._models import Base
+from tests._store_template import migrated_sqlite
 
 PG_TOOLS = ("postgres", "initdb", "pg_ctl")
 
@@ -145,7 +146,12 @@ def clock() -> TickingClock:
 
 @pytest.fixture
 def store(db_url: str, clock: TickingClock) -> Iterator[Store]:
-    """A store on a database migrated to head through Alembic."""
-    upgrade_to_head(db_url)
+    """A store on a database at the newest migration: PostgreSQL's migrated through Alembic,
+    SQLite's a copy of a file migrated so once per process."""
+    sqlite_file = db_url.removeprefix("sqlite:///")
+    if sqlite_file != db_url:
+        migrated_sqlite(Path(sqlite_file))
+    else:
+        upgrade_to_head(db_url)
     with Store(db_url, clock=clock) as opened:
         yield opened

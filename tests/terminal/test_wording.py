@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.chat.agent_views import AgentEvent, AgentPlan
+from bot.agent_json import AgentEvent, AgentPlan
 from bot.chat.audit import Watch
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import progress_view

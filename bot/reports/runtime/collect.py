@@ -15,10 +15,11 @@ from typing import Protocol
 
 import httpx
 
+from bot.agent_json import AgentOperation, AgentStatus
 from bot.chat.agent_client import AgentClient
-from bot.chat.agent_views import AgentOperation, AgentStatus
 from bot.clock import Clock
 from bot.errors import AgentError
+from bot.prometheus import prometheus_samples
 from bot.reports import (
     ConfigChange,
     GpuMemory,
@@ -26,7 +27,6 @@ from bot.reports import (
     LastOperation,
     ServerMetrics,
     metrics_from_mapping,
-    parse_prometheus,
 )
 from bot.vocab import OperationState
 
@@ -67,7 +67,7 @@ class ServerMetricsSource:
             return status.metrics
         if response.status_code != 200:
             return status.metrics
-        return metrics_from_mapping(parse_prometheus(response.text)) or status.metrics
+        return metrics_from_mapping(prometheus_samples(response.text)) or status.metrics
 
     def close(self) -> None:
         self._http.close()

@@ -25,9 +25,8 @@ from bot.clock import SystemClock
 from bot.errors import BackendError
 from bot.sim import load_profile
 from bot.vocab import ServerState
-from tests.agent.conftest import wait_until
+from tests.agent.conftest import FAKE_SYSTEMD, fake_systemd_executables, wait_until
 
-FAKE = Path(__file__).parents[1] / "fake_systemd"
 UNIT = "sglang-test.service"
 SIM = [sys.executable, "-m", "bot.sim", "--model-path", "m", "--tp", "2", "--port", "0"]
 
@@ -49,13 +48,14 @@ def systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Systemd
     )
     monkeypatch.setenv("FAKE_SYSTEMD_STATE", str(state))
     monkeypatch.setenv("FAKE_SYSTEMD_UNIT_DIR", str(units))
+    systemctl, journalctl = fake_systemd_executables(tmp_path / "bin")
     control = SystemdControl(
         UNIT,
         units,
         [],
         SystemClock(),
-        systemctl=str(FAKE / "systemctl"),
-        journalctl=str(FAKE / "journalctl"),
+        systemctl=str(systemctl),
+        journalctl=str(journalctl),
     )
     yield control
     control.stop(grace_s=5)
@@ -240,7 +240,7 @@ def test_fallback_command_when_systemd_has_none(systemd: SystemdControl) -> None
         units,
         ["python", "-m", "sglang.launch_server"],
         SystemClock(),
-        systemctl=str(FAKE / "systemctl"),
+        systemctl=str(FAKE_SYSTEMD / "systemctl"),
     )
     assert control.read_command() == ["python", "-m", "sglang.launch_server"]
 
@@ -303,7 +303,7 @@ def test_a_start_is_known_by_the_units_new_invocation(systemd: SystemdControl) -
 
 def _show(systemd: SystemdControl, prop: str) -> str:
     out = subprocess.run(
-        [str(FAKE / "systemctl"), "show", "-p", prop, UNIT],
+        [str(FAKE_SYSTEMD / "systemctl"), "show", "-p", prop, UNIT],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return out.strip().partition("=")[2]

@@ -39,7 +39,7 @@ from tests.agent._ops_fixtures import (
     harness_factory,
     sim_command,
 )
-from tests.agent.conftest import wait_until
+from tests.agent.conftest import fake_systemd_executables, wait_until
 
 __all__ = [
     "SMALL",
@@ -50,7 +50,6 @@ __all__ = [
     "systemd_rig",
 ]
 
-FAKE = Path(__file__).parents[1] / "fake_systemd"
 UNIT = "sglang-ops.service"
 REPO = Path(__file__).resolve().parents[3]
 # small-2gpu at --mem-fraction-static 0.7 with HiCache on: 150,000 device tokens (the profile).
@@ -247,12 +246,13 @@ def _build_systemd(
     # The stand-in executables read where their state lives from the environment.
     monkeypatch.setenv("FAKE_SYSTEMD_STATE", str(fake_state))
     monkeypatch.setenv("FAKE_SYSTEMD_UNIT_DIR", str(units))
+    systemctl, journalctl = fake_systemd_executables(tmp / "bin")
     section = {
         "backend": "systemd",
         "unit": UNIT,
         "unit_dir": str(units),
-        "systemctl": str(FAKE / "systemctl"),
-        "journalctl": str(FAKE / "journalctl"),
+        "systemctl": str(systemctl),
+        "journalctl": str(journalctl),
         "server_url": f"http://127.0.0.1:{port}",
         "state_dir": str(tmp / "agent"),
         "probe": "sim",

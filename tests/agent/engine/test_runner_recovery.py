@@ -52,7 +52,12 @@ def test_agent_restart_mid_start_resumes_to_ready_without_a_second_start(
     def loading() -> bool:
         return any(e.phase == "load_weights" for e in first.state.events(op.id))
 
-    wait_until(loading, timeout_s=60)
+    def so_far() -> str:
+        return f"the events so far: {[e.message for e in first.state.events(op.id)]}"
+
+    # Generous: stopping and starting takes a few interpreter starts (the simulator, the
+    # stand-in systemctl's), each several seconds on a loaded machine.
+    wait_until(loading, timeout_s=120, explain=so_far)
     first.close()
     assert first.get(op.id).state == "running"
     second = rig.manager(fresh=True)
@@ -140,7 +145,12 @@ def test_server_dying_while_the_agent_is_down_is_settled_on_resume(backend_rig: 
     def loading() -> bool:
         return any(e.phase == "load_weights" for e in first.state.events(op.id))
 
-    wait_until(loading, timeout_s=60)
+    def so_far() -> str:
+        return f"the events so far: {[e.message for e in first.state.events(op.id)]}"
+
+    # Generous: stopping and starting takes a few interpreter starts (the simulator, the
+    # stand-in systemctl's), each several seconds on a loaded machine.
+    wait_until(loading, timeout_s=120, explain=so_far)
     first.close()
     pid = rig.control().status().main_pid
     assert pid is not None
@@ -178,8 +188,12 @@ def test_a_stall_ends_when_the_log_moves_again(backend_rig: Rigs) -> None:
     rig.start_server()
     manager = rig.manager()
     op = manager.submit("resize", actor="ana", size_gb=8)
-    wait_until(lambda: manager.get(op.id).state == "stalled", timeout_s=60)
-    wait_until(lambda: manager.get(op.id).state != "stalled", timeout_s=60)
+
+    def so_far() -> str:
+        return f"the events so far: {[e.message for e in manager.state.events(op.id)]}"
+
+    wait_until(lambda: manager.get(op.id).state == "stalled", timeout_s=60, explain=so_far)
+    wait_until(lambda: manager.get(op.id).state != "stalled", timeout_s=60, explain=so_far)
     assert manager.get(op.id).state in ("running", "ready")
     final = wait_final(manager, op.id)
     events = manager.state.events(op.id)
