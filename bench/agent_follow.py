@@ -13,8 +13,8 @@ Prints ONE JSON line:
 The agent here is this process (the operation manager composed in it), so its RSS includes the
 bench's own few MB: an upper bound. Targets: the writer kept up (>= 4.5 MB/s), CPU <= 5% of a
 core, peak RSS < 120 MB, and RSS at the end of the window less than 5 MB above its start
-(flat; ``follow_rss_growth_mb`` is the peak's rise, which includes the read buffers' churn). ``--quick`` runs 5 restarts
-and a 5-second follow; by default 20 restarts and a 60-second follow.
+(flat; ``follow_rss_growth_mb`` is the peak's rise, which includes the read buffers' churn).
+``--quick`` runs 5 restarts and a 5-second follow; by default 20 restarts and a 60-second follow.
 """
 
 from __future__ import annotations
