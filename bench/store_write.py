@@ -2,7 +2,8 @@
 revisions, on SQLite and on PostgreSQL.
 
 For each backend (SQLite: a file in a temp dir; PostgreSQL: a throwaway cluster started with
-``initdb``/``pg_ctl``, when one can run here; else the line says why not), on a database
+``initdb``/``pg_ctl`` by :mod:`bot.testing.postgres`, when one can run here; else the line says
+``"postgresql": "not available: <reason>"``), on a database
 migrated by Alembic:
 
 - ``batched_events_per_s``: events appended the way the bot does, one transaction per long-poll
@@ -27,19 +28,20 @@ its own: it is kept to watch the trend.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _postgres import PostgresUnavailable, throwaway_cluster
 from _report import BenchLine, percentile
 from sqlalchemy import insert, select, text
 
 from bot.hicache import HiCacheSetting
 from bot.store import PlanSummary, Store, StoredEvent, upgrade_to_head
 from bot.store._models import RevisionRow
+from bot.testing import postgres_unavailable, throwaway_cluster
 from bot.vocab import EventPhase
 
 T0 = datetime(2026, 2, 24, 11, 18, 37, tzinfo=UTC)
@@ -160,13 +162,19 @@ def main() -> None:
             db_bytes = _sqlite_bytes(store, files / "batched.db")
         line.figures["sqlite"]["db_bytes"] = db_bytes
         line.figures["sqlite"]["bytes_per_event"] = round(db_bytes / args.events, 1)
+    reason = postgres_unavailable()
+    if reason is not None:
+        line.figures["postgresql"] = f"not available: {reason}"
+        line.emit()
+        return
     try:
         with throwaway_cluster() as cluster:
             line.figures["postgresql"] = one_backend(
                 lambda _name: cluster.new_database(), args, line, "PostgreSQL"
             )
-    except PostgresUnavailable as exc:
-        line.figures["postgresql"] = f"not available: {exc}"
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        stderr = exc.stderr.decode(errors="replace").strip() if exc.stderr else ""
+        line.figures["postgresql"] = f"not available: {exc.cmd[-1]} failed: {stderr[-200:]}"
     line.emit()
 
 
