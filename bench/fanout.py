@@ -10,9 +10,10 @@ report desk on a SQLite store, ``/kimi status`` and ``/kimi report`` through ``c
 configured with the first 1, 10 and 50 of those hosts. Each figure is the median of
 ``--repeat`` commands (3; 2 with ``--quick``, which also stops at 10 hosts).
 
-A report also draws each host's chart (matplotlib, in the bot's process): that part grows with
-the host count by design, so ``report_gather_s`` (the agents asked in parallel, samples
-stored) is given beside the whole report.
+A report also draws each host's chart (matplotlib, in the bot's process, one host after
+another): that part grows with the host count, so ``report_gather_s`` (the agents asked in
+parallel, samples stored) is given beside the whole report, and ``chart_one_host_s`` (one
+host's chart drawn from its stored samples) says what each host adds.
 
     .venv/bin/python bench/fanout.py [--hosts 1,10,50] [--repeat N] [--quick]
 """
@@ -213,10 +214,13 @@ def over_hosts(root: Path, urls: list[str], repeat: int) -> dict[str, float]:
             names = tuple(h.name for h in hosts)
             _status(core, len(urls))  # warm: connections open, the agents' first reads done
             core.handle("report kimi-01", ACTOR)  # and matplotlib's first chart drawn
+            first = desk.gather(names[:1])[0]
             return {
                 "status_s": _timed(lambda: _status(core, len(urls)), repeat),
                 "report_s": _timed(lambda: _report(core, len(urls)), repeat),
                 "report_gather_s": _timed(lambda: desk.gather(names), repeat),
+                # What each host adds to a report in the bot's process, drawn one after another.
+                "chart_one_host_s": _timed(lambda: desk.chart(first), repeat),
             }
         finally:
             core.close()
