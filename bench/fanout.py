@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,11 @@ from _report import BenchLine, median
 from bot.agent.config import agent_settings_from_config
 from bot.agent.http.app import create_app
 from bot.agent.service import AgentService, build_service, make_control
-from bot.chat import StoreAudit, revisions_source
+from bot.chat import SilentFront, StoreAudit, revisions_source
 from bot.chat.config import ChatSettings, HostSettings
 from bot.chat.core import build_core
 from bot.chat.policy import Actor
-from bot.chat.replies import ProgressView, Reply, ReportReply, StatusReply
-from bot.chat.watcher import Watch
+from bot.chat.replies import ReportReply, StatusReply
 from bot.reports import ReportSettings
 from bot.reports.runtime import attach_reports
 from bot.store import Store, upgrade_to_head
@@ -153,22 +151,6 @@ def agents(root: Path, count: int) -> Iterator[list[str]]:
 # -- the bot ------------------------------------------------------------------------------------
 
 
-class _Quiet:
-    """The core's front end: the bench reads the replies ``handle`` returns."""
-
-    def reply(self, actor: Actor, reply: Reply) -> None:
-        return None
-
-    def progress(self, watch: Watch, view: ProgressView) -> None:
-        return None
-
-    def notify(self, people: tuple[str, ...], watch: Watch, view: ProgressView) -> None:
-        return None
-
-    def unreachable(self, watch: Watch, since: datetime) -> None:
-        return None
-
-
 def _timed(run: Callable[[], Any], repeat: int) -> float:
     took = []
     for _ in range(repeat):
@@ -208,7 +190,7 @@ def over_hosts(root: Path, urls: list[str], repeat: int) -> dict[str, float]:
     with Store(db) as store:
         settings = ChatSettings(hosts=hosts)
         audit = StoreAudit(store, revisions_source(settings, environ))
-        core = build_core(settings, audit, _Quiet(), environ)
+        core = build_core(settings, audit, SilentFront(), environ)
         try:
             desk = attach_reports(core, store, ReportSettings())
             names = tuple(h.name for h in hosts)
