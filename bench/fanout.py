@@ -120,7 +120,9 @@ def serve_agents(root: Path, count: int) -> None:
                 raise SystemExit("the simulator did not become healthy within 60 s")
             time.sleep(0.05)
         urls = [stack.enter_context(_served(service)) for service in services]
-        (root / "urls.json").write_text(json.dumps(urls))
+        # Written aside then renamed: the bench reads the file as soon as it exists.
+        (root / "urls.json.tmp").write_text(json.dumps(urls))
+        (root / "urls.json.tmp").rename(root / "urls.json")
         sys.stdin.read()  # until the bench closes our stdin
 
 
