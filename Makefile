@@ -35,10 +35,13 @@ test-real: $(STAMP)
 	tests/real_sglang/setup_side_venv.sh
 	$(BIN)/python -m pytest -m real_sglang --timeout 1800 tests/real_sglang
 
+# One JSON line per script on stdout (bench/_*.py are their helpers); the load average before
+# and after each on stderr, since the figures move with it on a shared machine.
 bench: $(STAMP)
-	@set -e; for script in bench/*.py; do \
-		echo "# $$script" >&2; \
+	@set -e; for script in bench/[!_]*.py; do \
+		echo "# $$script: $$(uptime)" >&2; \
 		$(BIN)/python $$script; \
+		echo "# $$script done: $$(uptime)" >&2; \
 	done
 
 clean:

@@ -10,13 +10,16 @@ Prints ONE JSON line:
   at 5 MB/s (a separate writer process appends startup lines, then per-request batch and access
   lines; the server "never" becomes ready), measured over the window.
 
-``--quick`` runs 5 restarts and a 5-second follow.
+The agent here is this process (the operation manager composed in it), so its RSS includes the
+bench's own few MB: an upper bound. Targets: the writer kept up (>= 4.5 MB/s), CPU <= 5% of a
+core, peak RSS < 120 MB, and RSS at the end of the window less than 5 MB above its start
+(flat; ``follow_rss_growth_mb`` is the peak's rise, which includes the read buffers' churn).
+``--quick`` runs 5 restarts and a 5-second follow; by default 20 restarts and a 60-second follow.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _report import BenchLine
 
 from bot.agent.config import AgentSettings, agent_settings_from_config
 from bot.agent.control.protocol import ServerProcessState, StopResult
@@ -45,6 +49,10 @@ from bot.vocab import OperationKind, ServerState
 
 READY_LINE = "The server is fired up and ready to roll!"
 POLL_S = 0.25
+RATE_MB_S = 5.0  # the log rate the targets are set at
+CPU_PERCENT = 5.0  # targets: at most 5% of a core, RSS under 120 MB (1e6 bytes), and flat:
+RSS_MB = 120.0
+FLAT_MB = 5.0  # what "flat" allows: the end of the window no more than 5 MB above its start
 
 
 def _free_port() -> int:
@@ -295,7 +303,7 @@ def _planner(request: ChangeRequest) -> tuple[Plan, str]:
     return make_plan(request, server, HostMemory(available_bytes=445 * GB), 40), "bench"
 
 
-def follow_cost(seconds: float, rate_mb_s: float = 5.0) -> dict[str, Any]:
+def follow_cost(seconds: float, rate_mb_s: float = RATE_MB_S) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kimi-bench-") as tmp_text:
         tmp = Path(tmp_text)
         settings = _settings(tmp, ["python", "-m", "sglang.launch_server"], {},
@@ -316,6 +324,7 @@ def follow_cost(seconds: float, rate_mb_s: float = 5.0) -> dict[str, Any]:
                 time.sleep(0.2)
                 peak = max(peak, me.memory_info().rss)
             cpu1, wall1 = me.cpu_times(), time.monotonic()
+            rss_after = me.memory_info().rss
             grown = settings.log_file.stat().st_size - size0
         finally:
             manager.close()
@@ -327,6 +336,8 @@ def follow_cost(seconds: float, rate_mb_s: float = 5.0) -> dict[str, Any]:
         "follow_log_mb_per_s": round(grown / 1e6 / (wall1 - wall0), 2),
         "follow_cpu_percent": round(100 * busy / (wall1 - wall0), 1),
         "follow_rss_mb": round(peak / 1e6, 1),
+        "follow_rss_start_mb": round(rss_before / 1e6, 1),
+        "follow_rss_end_mb": round(rss_after / 1e6, 1),
         "follow_rss_growth_mb": round((peak - rss_before) / 1e6, 1),
     }
 
@@ -336,10 +347,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="5 restarts and a 5 s follow")
     args = parser.parse_args(argv)
     os.environ.pop("KIMI_SIM_FAIL", None)
-    result: dict[str, Any] = {"bench": "agent_follow"}
-    result.update(ready_latency(5 if args.quick else 20))
-    result.update(follow_cost(5.0 if args.quick else 20.0))
-    print(json.dumps(result))
+    line = BenchLine("agent_follow")
+    line.figures.update(ready_latency(5 if args.quick else 20))
+    follow = follow_cost(5.0 if args.quick else 60.0)
+    line.figures.update(follow)
+    line.check("log actually written during the follow", follow["follow_log_mb_per_s"],
+               at_least=0.9 * RATE_MB_S, unit="MB/s")  # fmt: skip
+    line.check("agent CPU following 5 MB/s of log", follow["follow_cpu_percent"],
+               at_most=CPU_PERCENT, unit="% of a core")  # fmt: skip
+    line.check("agent RSS (peak) following 5 MB/s of log", follow["follow_rss_mb"],
+               below=RSS_MB, unit="MB")  # fmt: skip
+    line.check("agent RSS at the end minus at the start (flat)",
+               follow["follow_rss_end_mb"] - follow["follow_rss_start_mb"], below=FLAT_MB,
+               unit="MB")  # fmt: skip
+    line.emit()
     return 0
 
 

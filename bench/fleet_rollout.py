@@ -11,18 +11,20 @@ Prints ONE JSON line (the rollout first, on the fresh rig; then the baseline):
 - ``*_ok``: the requests answered whole in each phase.
 
 The rig is the tests' (``tests/fleet/_rig.py``), so this runs from the repository's root:
-``python bench/fleet_rollout.py``.
+``python bench/fleet_rollout.py [--quick]`` (``--quick``: the rollout only).
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' rig
+
+from _report import BenchLine
 
 from bot.clock import SystemClock
 from bot.fleet import (
@@ -47,12 +49,16 @@ class _Quiet:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the rollout only, no baseline")
+    args = parser.parse_args()
+    line = BenchLine("fleet_rollout")
     with tempfile.TemporaryDirectory(prefix="kimi-bench-fleet-") as tmp:
         root = Path(tmp)
         url = f"sqlite:///{root / 'kimi-ops.db'}"
         upgrade_to_head(url)
         with fleet_of(root, VERSIONS[RouterApi.BY_ID]) as fleet:
-            figures: dict[str, object] = {}
+            figures = line.figures
             with LoadGenerator(fleet.router.url) as load:
                 wait_for_traffic(load)
                 ok_before, failed_before = load.ok, len(load.failed)
@@ -77,6 +83,11 @@ def main() -> None:
                 figures["rollout_ok"] = load.ok - ok_before
                 figures["rollout_failed"] = len(load.failed) - failed_before
                 figures["rollout_failures"] = load.failed[failed_before:][:3]
+                line.check("requests failed during the rollout", len(load.failed) - failed_before,
+                           at_most=0)  # fmt: skip
+                if args.quick:
+                    line.emit()
+                    return
 
                 ok_before, failed_before = load.ok, len(load.failed)
                 took = []
@@ -90,7 +101,7 @@ def main() -> None:
                 figures["single_ok"] = load.ok - ok_before
                 figures["single_failed"] = len(load.failed) - failed_before
                 figures["single_failures"] = load.failed[failed_before:][:3]
-            print(json.dumps(figures))
+            line.emit()
 
 
 if __name__ == "__main__":

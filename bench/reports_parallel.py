@@ -8,7 +8,9 @@ compete for its cores, which 20 GPU hosts do not; what is measured is the bot as
 Prints one JSON line:
 
     {"bench": "reports_parallel", "hosts": 20, "latency_s": 1.0, "one_host_s": ...,
-     "all_hosts_s": ..., "ratio": ...}
+     "all_hosts_s": ..., "targets": [{"figure": ..., "target": "<= 2 x", ...}], ...}
+
+Target: all hosts within 2x of one. ``--quick``: 5 hosts answering in 0.3 s.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from _report import BenchLine
+
 from bot.chat.agent_client import AgentClient
 from bot.clock import SystemClock
 from bot.reports.runtime import ServerMetricsSource, collect_reports
 from bot.settings import Secret
 
 TOKEN = "bench-t0ken"
+TARGET_RATIO = 2.0  # the fan-out target: many hosts within 2x of one
 
 
 def _status(name: str) -> dict[str, Any]:
@@ -86,7 +91,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=20)
     parser.add_argument("--latency-s", type=float, default=1.0)
+    parser.add_argument("--quick", action="store_true", help="5 hosts answering in 0.3 s")
     args = parser.parse_args()
+    if args.quick:
+        args.hosts, args.latency_s = 5, 0.3
+    if args.hosts < 1 or args.latency_s < 0:
+        parser.error("--hosts must be at least 1 and --latency-s not negative")
     names = [f"kimi-{n:02d}" for n in range(1, args.hosts + 1)]
     with contextlib_stack(names, args.latency_s) as urls:
         clients = {n: AgentClient(urls[n], Secret(TOKEN), host=n) for n in names}
@@ -96,11 +106,12 @@ def main() -> None:
         finally:
             for client in clients.values():
                 client.close()
-    print(json.dumps({
-        "bench": "reports_parallel", "hosts": args.hosts, "latency_s": args.latency_s,
-        "one_host_s": round(one, 3), "all_hosts_s": round(everyone, 3),
-        "ratio": round(everyone / one, 2),
-    }))  # fmt: skip
+    line = BenchLine("reports_parallel")
+    line.figures.update(hosts=args.hosts, latency_s=args.latency_s, one_host_s=round(one, 3),
+                        all_hosts_s=round(everyone, 3))  # fmt: skip
+    line.check(f"report gathering, {args.hosts} slow hosts / 1", everyone / one,
+               at_most=TARGET_RATIO, unit="x")  # fmt: skip
+    line.emit()
 
 
 @contextmanager

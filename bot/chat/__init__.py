@@ -19,7 +19,7 @@ from bot.chat.core import ChatCore, build_core
 from bot.chat.grammar import Command, UsageError, parse
 from bot.chat.policy import Actor, Policy, Refusal, RefusalKind
 from bot.chat.progress import ProgressView, UpdateThrottle, progress_view
-from bot.chat.replies import FrontEnd, Reply
+from bot.chat.replies import FrontEnd, Reply, SilentFront
 from bot.chat.store_audit import StoreAudit
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Refusal",
     "RefusalKind",
     "Reply",
+    "SilentFront",
     "StoreAudit",
     "UpdateThrottle",
     "UsageError",

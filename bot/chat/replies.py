@@ -40,6 +40,7 @@ __all__ = [
     "ReportSchedulesReply",
     "ReportStoppedReply",
     "RolloutReply",
+    "SilentFront",
     "StatusReply",
     "UsageReply",
 ]
@@ -251,6 +252,23 @@ class FrontEnd(Protocol):
     def unreachable(self, watch: Watch, since: datetime) -> None:
         """The agent of a watched operation stopped answering at ``since``; watching goes on."""
         ...
+
+
+class SilentFront:
+    """A :class:`FrontEnd` that shows nothing: for a caller that reads the reply ``handle``
+    returns itself (``kimi-ops report``, the benches) and watches no operation."""
+
+    def reply(self, actor: Actor, reply: Reply) -> None:
+        return None
+
+    def progress(self, watch: Watch, view: ProgressView) -> None:
+        return None
+
+    def notify(self, people: tuple[str, ...], watch: Watch, view: ProgressView) -> None:
+        return None
+
+    def unreachable(self, watch: Watch, since: datetime) -> None:
+        return None
 
 
 class ReportPoster(Protocol):

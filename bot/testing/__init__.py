@@ -6,6 +6,9 @@
   stand-in's ``apps.connections.open``; pushes envelopes, collects acks, disconnects.
 - :class:`SlackRequestSigner`: Slack-signed HTTP requests (slash commands, interactivity) for
   HTTP mode, including unsigned, wrongly signed and replayed ones.
+
+And for the store: :func:`throwaway_cluster`, a PostgreSQL cluster in a temp dir (when
+:func:`postgres_unavailable` gives no reason), for the store's tests and its bench.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from bot.testing._web_api import (
     ResponsePost,
     SlackApiStandIn,
 )
+from bot.testing.postgres import PgCluster, postgres_unavailable, throwaway_cluster
 from bot.testing.signing import REPLAY_WINDOW_S, SignedRequest, SlackRequestSigner, slack_signature
 from bot.testing.socket_mode import Envelope, EnvelopeAck, SocketModeStandIn
 
@@ -31,6 +35,7 @@ __all__ = [
     "EnvelopeAck",
     "Fault",
     "FaultPlan",
+    "PgCluster",
     "RecordedCall",
     "ResponsePost",
     "SignedRequest",
@@ -39,5 +44,7 @@ __all__ = [
     "SocketModeStandIn",
     "StoredMessage",
     "Upload",
+    "postgres_unavailable",
     "slack_signature",
+    "throwaway_cluster",
 ]

@@ -20,13 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from bot.chat.agent_client import revisions_source
-from bot.chat.audit import Watch
 from bot.chat.config import load_chat_settings
 from bot.chat.core import build_core
 from bot.chat.handlers import capacity_report
-from bot.chat.policy import Actor
-from bot.chat.progress import ProgressView
-from bot.chat.replies import HostReportView, ProblemReply, Reply, ReportReply
+from bot.chat.replies import HostReportView, ProblemReply, ReportReply, SilentFront
 from bot.chat.store_audit import StoreAudit
 from bot.errors import InputError
 from bot.reports import load_report_settings
@@ -45,22 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--png", metavar="FILE", type=Path, help="write the host's trend chart (needs --host)"
     )
     parser.add_argument("--json", action="store_true", help="the report as JSON")
-
-
-class _Quiet:
-    """The core's front end here: this command prints the reply itself."""
-
-    def reply(self, actor: Actor, reply: Reply) -> None:
-        return None
-
-    def progress(self, watch: Watch, view: ProgressView) -> None:
-        return None
-
-    def notify(self, people: tuple[str, ...], watch: Watch, view: ProgressView) -> None:
-        return None
-
-    def unreachable(self, watch: Watch, since: datetime) -> None:
-        return None
 
 
 def _plain(value: Any) -> Any:
@@ -112,7 +93,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     upgrade_to_head(url)
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
         audit = StoreAudit(store, revisions_source(settings, env))
-        core = build_core(settings, audit, _Quiet(), env, channel="kimi-ops report")
+        core = build_core(settings, audit, SilentFront(), env, channel="kimi-ops report")
         try:
             attach_reports(core, store, report_settings)
             reply = capacity_report(core.context, args.host)
