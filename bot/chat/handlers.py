@@ -81,6 +81,7 @@ __all__ = [
     "restart",
     "rollback",
     "status",
+    "watch_started",
 ]
 
 DEFAULT_HISTORY = 10
@@ -231,7 +232,7 @@ def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms
     except AgentError as exc:
         ctx.audit.settle_refused(terms.id)
         return _agent_refused(ctx, actor, host, Action.APPLY, exc, terms.id)
-    return _watch(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
+    return watch_started(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
 
 
 def _agent_refused(
@@ -272,14 +273,15 @@ def _parse(value: str) -> datetime | None:
         return None
 
 
-def _watch(
+def watch_started(
     ctx: Context,
     host: HostSettings,
     operation: AgentOperation,
     proposed_by: str | None,
     applied_by: str,
     proposal_id: int | None,
-) -> Reply:
+) -> OperationReply:
+    """Record ``operation``, which the agent accepted, and watch it to its end."""
     plan = operation.plan
     watch = Watch(
         host=host.name,
@@ -314,7 +316,7 @@ def _direct(
         operation = ctx.client(host).submit(kind, actor=actor.id, revision=revision)
     except AgentError as exc:
         return _agent_refused(ctx, actor, host, action, exc)
-    return _watch(ctx, host, operation, None, actor.id, None)
+    return watch_started(ctx, host, operation, None, actor.id, None)
 
 
 def restart(ctx: Context, actor: Actor, command: Restart) -> Reply:
