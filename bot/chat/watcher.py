@@ -6,7 +6,8 @@ them, so nothing is lost across a reconnect or a bot restart), stores the new on
 through the throttle to the front end. When the state becomes stalled, rolling back or final, the
 people involved are notified. An agent that stops answering is reported once ("unreachable since
 HH:MM") and polled again every ``retry_s``; watching goes on until the operation ends or the
-watcher is stopped.
+watcher is stopped. It ends with the operation's final event, not with the first page that
+shows a final state (the agent may answer that state before the event that carries the end).
 """
 
 from __future__ import annotations
@@ -136,11 +137,19 @@ class Watcher:
                     dict.fromkeys(p for p in (self.watch.proposed_by, self.watch.applied_by) if p)
                 )
                 self._front.notify(people, self.watch, view)
-        if operation.finished:
+        if operation.finished and self._final_event_in():
             self._audit.finish(self.watch, operation, view)
             self.final = view
             return True
         return False
+
+    def _final_event_in(self) -> bool:
+        """Whether the operation's final event has arrived. The agent reads the events, then the
+        operation: a page can show the final state without the event that ends it, and the
+        audit records the outcome from that event, so watching goes on until it comes."""
+        if not self._events or self._state is None:
+            return False
+        return self._events[-1].phase.value == self._state.value
 
     def _state_before(self, count: int, now: OperationState) -> OperationState:
         """The state an earlier view of this page had: the operation's own, unless it has
