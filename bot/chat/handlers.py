@@ -63,6 +63,7 @@ from bot.store.records import ReportSchedule
 from bot.vocab import OperationKind
 
 __all__ = [
+    "RECORD_PATIENCE_S",
     "REPORTS_PROPOSER",
     "Context",
     "apply",
@@ -85,6 +86,9 @@ __all__ = [
 ]
 
 DEFAULT_HISTORY = 10
+#: How long the recording of an operation the agent accepted waits for that agent to answer.
+RECORD_PATIENCE_S = 120.0
+_RECORD_RETRY_S = 1.0
 #: Who proposes what a capacity report recommends (the bot, not the person who asked for it).
 REPORTS_PROPOSER = "kimi-ops-reports"
 
@@ -291,9 +295,27 @@ def watch_started(
         applied_by=applied_by,
         planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
     )
-    ctx.audit.record_operation(watch, operation, proposal_id, ctx.channel)
+    _record_started(ctx, watch, operation, proposal_id)
     ctx.watchers.ensure(watch)
     return OperationReply(watch, operation)
+
+
+def _record_started(
+    ctx: Context, watch: Watch, operation: AgentOperation, proposal_id: int | None
+) -> None:
+    """Record the accepted operation, which reads the agent's revisions: an agent that stops
+    answering right after accepting (killed, restarting) is asked again for up to
+    :data:`RECORD_PATIENCE_S`, as the operation goes on there; past that the error stands, and
+    the next start of the bot finds a proposal's operation again (:mod:`bot.chat.adoption`)."""
+    deadline = ctx.clock.monotonic() + RECORD_PATIENCE_S
+    while True:
+        try:
+            ctx.audit.record_operation(watch, operation, proposal_id, ctx.channel)
+            return
+        except AgentError:
+            if ctx.clock.monotonic() >= deadline:
+                raise
+            ctx.clock.sleep(_RECORD_RETRY_S)
 
 
 def _title(host: str, operation: AgentOperation) -> str:

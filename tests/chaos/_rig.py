@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 HOST = "kimi-01"
+#: The simulator's KIMI_SIM_TIME_SCALE for the chaos suite.
+PACE = 0.004
 _READY_LINE = "kimi-ops bot: listening on "
 
 
@@ -200,8 +202,10 @@ class ChaosRig:
 
 @contextmanager
 def chaos_rig(root: Path, host: SimHost | None = None) -> Iterator[ChaosRig]:
-    """Agent (serving ratio 2), link, stand-in, store and a started bot; all stopped after."""
-    sim = host or SimHost(time_scale=0.01)
+    """Agent (serving size 48), link, stand-in, store and a started bot; all stopped after."""
+    # At this pace a start of the field notes' host takes about 3 s: long enough to fault in
+    # its middle, short enough for make test. The server serves size 48 (one setup start).
+    sim = host or SimHost(time_scale=PACE, serving_ratio=None)
     if sim.listen_port == 0:
         sim = SimHost(**{**sim.__dict__, "listen_port": free_port()})
     with ExitStack() as stack:
