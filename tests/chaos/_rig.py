@@ -28,6 +28,7 @@ import httpx
 from sqlalchemy import text
 
 from bot.db import make_engine
+from bot.slack.spec import APPLY_ACTION
 from bot.store import RevisionOutcome, Store
 from bot.testing import SlackApiStandIn, SlackRequestSigner, StoredMessage
 from bot.vocab import FINAL_OPERATION_STATES, OperationState
@@ -171,8 +172,6 @@ class ChaosRig:
 
     def click_apply(self, proposal: int, user: str) -> str:
         """``user`` clicks Apply on ``proposal``; the click's response_url."""
-        from bot.slack.spec import APPLY_ACTION
-
         url = self.slack.new_response_url()
         request = self.signer.interactive(click_payload(APPLY_ACTION, proposal, user, url))
         self.post(request.body, dict(request.headers))

@@ -43,7 +43,7 @@ def _posted_or_told(rig: ChaosRig, before: int, url: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [3])
+@pytest.mark.parametrize("seed", [pytest.param(3, id="seed=3")])
 def test_every_message_ends_under_429s_and_500s(rig: ChaosRig, seed: int) -> None:
     """Two resizes one after the other, each proposal and progress call drawn against a third
     429 and a tenth 500 (seed printed): both messages end READY with the final figures, each
