@@ -17,6 +17,7 @@ from bot.chat._usage import HELP_LINES
 from bot.chat.agent_client import AgentClient
 from bot.chat.agent_views import AgentOperation, AgentStatus, PlannedChange
 from bot.chat.audit import Audit, Watch
+from bot.chat.claims import operation_for_claim
 from bot.chat.config import ChatSettings, HostSettings
 from bot.chat.grammar import (
     Apply,
@@ -57,7 +58,14 @@ from bot.chat.reporting import Reporter
 from bot.chat.watcher import WatcherPool
 from bot.chat.wording import refusal_text
 from bot.clock import Clock
-from bot.errors import AgentBusy, AgentError, AgentPlanRefused, AgentStale, NotFound
+from bot.errors import (
+    AgentBusy,
+    AgentError,
+    AgentPlanRefused,
+    AgentStale,
+    AgentUnreachable,
+    NotFound,
+)
 from bot.reports import Cadence, HostReport
 from bot.store.records import ReportSchedule
 from bot.vocab import OperationKind
@@ -221,7 +229,7 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
         lost = ctx.policy.check_apply(actor, claimed, now, None)
         assert lost is not None  # the proposal is settled: LOCKED
         return _refused(ctx, lost)
-    return _submit(ctx, actor, host, terms)
+    return _submit(ctx, actor, host, claimed)
 
 
 def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms) -> Reply:
@@ -233,10 +241,35 @@ def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms
             size_gb=terms.size_gb,
             fingerprint=terms.fingerprint,
         )
+    except AgentUnreachable as exc:
+        # The request may have reached the agent before the connection broke (the agent killed
+        # right after accepting): ask it, once it answers, whether the operation started.
+        answered, sent = _sent_anyway(ctx, host, terms)
+        if sent is not None:
+            return watch_started(ctx, host, sent, terms.proposed_by, actor.id, terms.id)
+        if answered:
+            ctx.audit.settle_refused(terms.id)  # it never started
+        return ProblemReply(str(exc), host.name)
     except AgentError as exc:
         ctx.audit.settle_refused(terms.id)
         return _agent_refused(ctx, actor, host, Action.APPLY, exc, terms.id)
     return watch_started(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
+
+
+def _sent_anyway(
+    ctx: Context, host: HostSettings, claimed: ProposalTerms
+) -> tuple[bool, AgentOperation | None]:
+    """Whether the agent answered within :data:`RECORD_PATIENCE_S`, and the operation the
+    claimed proposal started there, if any (a silent agent: the next start of the bot looks
+    again, :mod:`bot.chat.adoption`)."""
+    deadline = ctx.clock.monotonic() + RECORD_PATIENCE_S
+    while True:
+        try:
+            return True, operation_for_claim(ctx.client(host), claimed, ctx.audit)
+        except AgentError:
+            if ctx.clock.monotonic() >= deadline:
+                return False, None
+            ctx.clock.sleep(_RECORD_RETRY_S)
 
 
 def _agent_refused(

@@ -65,3 +65,20 @@ def test_a_cut_link_is_said_and_the_message_catches_up(rig: ChaosRig, outage_s: 
     )
     (only,) = check_agreement(rig)
     assert only["id"] == operation["id"]
+
+
+@pytest.mark.slow
+def test_a_link_cut_before_the_accept_is_heard_still_watches_the_operation(rig: ChaosRig) -> None:
+    """The link cut after the agent accepted an Apply but before its answer reached the bot:
+    the bot asks the agent, finds the operation its Apply started, and the proposal's message
+    ends READY (the proposal is not settled as refused)."""
+    posted = rig.propose()
+    rig.link.hold_answers_to(b"POST /v1/operations ")
+    rig.click_apply(proposal_id(posted), ANA)
+    assert rig.link.held.wait(30), "the Apply never reached the agent"
+    wait_until(lambda: len(rig.agent_operations()) == 1, what="the operation at the agent")
+    rig.link.cut()
+    rig.link.restore()
+    rig.wait_message(posted.ts, "*READY*")
+    (only,) = check_agreement(rig)
+    assert only["actor"] == ANA
