@@ -177,6 +177,14 @@ class ChaosRig:
         self.post(request.body, dict(request.headers))
         return url
 
+    def apply_unheard(self, proposal: int, user: str) -> None:
+        """``user`` applies ``proposal`` with the agent's answer held by the link: returns once
+        the agent has accepted the operation, which the bot has not heard of yet."""
+        self.link.hold_answers_to(b"POST /v1/operations ")
+        self.click_apply(proposal, user)
+        assert self.link.held.wait(30), "the Apply never reached the agent"
+        wait_until(lambda: len(self.agent_operations()) == 1, what="the operation at the agent")
+
     def agent_http(self) -> httpx.Client:
         """Straight to the agent, not through the link."""
         return self.agent.http()

@@ -73,10 +73,7 @@ def test_a_link_cut_before_the_accept_is_heard_still_watches_the_operation(rig: 
     the bot asks the agent, finds the operation its Apply started, and the proposal's message
     ends READY (the proposal is not settled as refused)."""
     posted = rig.propose()
-    rig.link.hold_answers_to(b"POST /v1/operations ")
-    rig.click_apply(proposal_id(posted), ANA)
-    assert rig.link.held.wait(30), "the Apply never reached the agent"
-    wait_until(lambda: len(rig.agent_operations()) == 1, what="the operation at the agent")
+    rig.apply_unheard(proposal_id(posted), ANA)
     rig.link.cut()
     rig.link.restore()
     rig.wait_message(posted.ts, "*READY*")

@@ -50,10 +50,7 @@ def test_a_bot_killed_before_it_heard_the_agent_accept_finishes_the_same_message
     link holds it): the bot started again finds the operation, finishes the proposal's message,
     and a second Apply on that proposal starts nothing."""
     posted = rig.propose()
-    rig.link.hold_answers_to(b"POST /v1/operations ")
-    rig.click_apply(proposal_id(posted), ANA)
-    assert rig.link.held.wait(30), "the Apply never reached the agent"
-    wait_until(lambda: len(rig.agent_operations()) == 1, what="the operation at the agent")
+    rig.apply_unheard(proposal_id(posted), ANA)
     rig.bot.kill()
     rig.bot.start()
     rig.wait_message(posted.ts, "*READY*")
