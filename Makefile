@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kimi-ops-installed
 
-.PHONY: demo test test-fast test-real lint bench clean
+.PHONY: demo test test-long test-fast test-real lint bench clean
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -n 2 --durations=15
+
+# Everything make test runs, plus the tests marked long: every chaos seed and the long faults.
+test-long: lint
+	$(BIN)/python -m pytest -n 2 -m "not real_sglang" --durations=15
 
 # The loop while editing: no real subprocesses, no simulated timings (those are marked slow),
 # and a tenth of each property test's examples (the Hypothesis profile in tests/conftest.py).

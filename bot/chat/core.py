@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from bot.chat import fleet_commands, handlers
+from bot.chat.adoption import adopt_applied
 from bot.chat.agent_client import connect
 from bot.chat.audit import Audit, Watch
 from bot.chat.config import ChatSettings
@@ -109,13 +110,14 @@ class ChatCore:
         return reply
 
     def resume(self) -> list[Watch]:
-        """Watch again every operation the audit holds as unfinished (after a bot restart)."""
+        """Watch again every operation the audit holds as unfinished (after a bot restart), and
+        the operations applied proposals started that the audit never recorded."""
         watches = [w for w in self.context.audit.unfinished() if w.host in self.context.clients]
         for watch in watches:
             self.context.watchers.ensure(watch)
         if self.context.fleets is not None:
             self.context.fleets.resume()  # rollouts a stopped bot left running
-        return watches
+        return watches + adopt_applied(self.context)
 
     def wait(self, watch: Watch, timeout_s: float | None = None) -> ProgressView | None:
         """Block until ``watch``'s operation ends (or ``timeout_s``); its final view."""

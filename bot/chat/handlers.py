@@ -18,6 +18,7 @@ from bot.agent_json import AgentOperation, AgentStatus, PlannedChange
 from bot.chat._usage import help_lines
 from bot.chat.agent_client import AgentClient
 from bot.chat.audit import Audit, Watch
+from bot.chat.claims import operation_for_claim
 from bot.chat.config import ChatSettings, HostSettings
 from bot.chat.grammar import (
     Apply,
@@ -58,7 +59,14 @@ from bot.chat.reporting import Reporter
 from bot.chat.watcher import WatcherPool
 from bot.chat.wording import refusal_text
 from bot.clock import Clock
-from bot.errors import AgentBusy, AgentError, AgentPlanRefused, AgentStale, NotFound
+from bot.errors import (
+    AgentBusy,
+    AgentError,
+    AgentPlanRefused,
+    AgentStale,
+    AgentUnreachable,
+    NotFound,
+)
 from bot.reports import Cadence, HostReport
 from bot.store.records import ReportSchedule
 from bot.vocab import OperationKind
@@ -67,6 +75,7 @@ if TYPE_CHECKING:
     from bot.fleet.desk import FleetDesk
 
 __all__ = [
+    "RECORD_PATIENCE_S",
     "REPORTS_PROPOSER",
     "Context",
     "apply",
@@ -85,9 +94,13 @@ __all__ = [
     "restart",
     "rollback",
     "status",
+    "watch_started",
 ]
 
 DEFAULT_HISTORY = 10
+#: How long the recording of an operation the agent accepted waits for that agent to answer.
+RECORD_PATIENCE_S = 120.0
+_RECORD_RETRY_S = 1.0
 #: Who proposes what a capacity report recommends (the bot, not the person who asked for it).
 REPORTS_PROPOSER = "kimi-ops-reports"
 
@@ -223,7 +236,7 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
         lost = ctx.policy.check_apply(actor, claimed, now, None)
         assert lost is not None  # the proposal is settled: LOCKED
         return _refused(ctx, lost)
-    return _submit(ctx, actor, host, terms)
+    return _submit(ctx, actor, host, claimed)
 
 
 def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms) -> Reply:
@@ -235,10 +248,35 @@ def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms
             size_gb=terms.size_gb,
             fingerprint=terms.fingerprint,
         )
+    except AgentUnreachable as exc:
+        # The request may have reached the agent before the connection broke (the agent killed
+        # right after accepting): ask it, once it answers, whether the operation started.
+        answered, sent = _sent_anyway(ctx, host, terms)
+        if sent is not None:
+            return watch_started(ctx, host, sent, terms.proposed_by, actor.id, terms.id)
+        if answered:
+            ctx.audit.settle_refused(terms.id)  # it never started
+        return ProblemReply(str(exc), host.name)
     except AgentError as exc:
         ctx.audit.settle_refused(terms.id)
         return _agent_refused(ctx, actor, host, Action.APPLY, exc, terms.id)
-    return _watch(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
+    return watch_started(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
+
+
+def _sent_anyway(
+    ctx: Context, host: HostSettings, claimed: ProposalTerms
+) -> tuple[bool, AgentOperation | None]:
+    """Whether the agent answered within :data:`RECORD_PATIENCE_S`, and the operation the
+    claimed proposal started there, if any (a silent agent: the next start of the bot looks
+    again, :mod:`bot.chat.adoption`)."""
+    deadline = ctx.clock.monotonic() + RECORD_PATIENCE_S
+    while True:
+        try:
+            return True, operation_for_claim(ctx.client(host), claimed, ctx.audit)
+        except AgentError:
+            if ctx.clock.monotonic() >= deadline:
+                return False, None
+            ctx.clock.sleep(_RECORD_RETRY_S)
 
 
 def _agent_refused(
@@ -279,14 +317,15 @@ def _parse(value: str) -> datetime | None:
         return None
 
 
-def _watch(
+def watch_started(
     ctx: Context,
     host: HostSettings,
     operation: AgentOperation,
     proposed_by: str | None,
     applied_by: str,
     proposal_id: int | None,
-) -> Reply:
+) -> OperationReply:
+    """Record ``operation``, which the agent accepted, and watch it to its end."""
     plan = operation.plan
     watch = Watch(
         host=host.name,
@@ -296,9 +335,27 @@ def _watch(
         applied_by=applied_by,
         planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
     )
-    ctx.audit.record_operation(watch, operation, proposal_id, ctx.channel)
+    _record_started(ctx, watch, operation, proposal_id)
     ctx.watchers.ensure(watch)
     return OperationReply(watch, operation)
+
+
+def _record_started(
+    ctx: Context, watch: Watch, operation: AgentOperation, proposal_id: int | None
+) -> None:
+    """Record the accepted operation, which reads the agent's revisions: an agent that stops
+    answering right after accepting (killed, restarting) is asked again for up to
+    :data:`RECORD_PATIENCE_S`, as the operation goes on there; past that the error stands, and
+    the next start of the bot finds a proposal's operation again (:mod:`bot.chat.adoption`)."""
+    deadline = ctx.clock.monotonic() + RECORD_PATIENCE_S
+    while True:
+        try:
+            ctx.audit.record_operation(watch, operation, proposal_id, ctx.channel)
+            return
+        except AgentError:
+            if ctx.clock.monotonic() >= deadline:
+                raise
+            ctx.clock.sleep(_RECORD_RETRY_S)
 
 
 def _title(host: str, operation: AgentOperation) -> str:
@@ -321,7 +378,7 @@ def _direct(
         operation = ctx.client(host).submit(kind, actor=actor.id, revision=revision)
     except AgentError as exc:
         return _agent_refused(ctx, actor, host, action, exc)
-    return _watch(ctx, host, operation, None, actor.id, None)
+    return watch_started(ctx, host, operation, None, actor.id, None)
 
 
 def restart(ctx: Context, actor: Actor, command: Restart) -> Reply:

@@ -181,6 +181,14 @@ class StoreAudit:
     def unfinished(self) -> list[Watch]:
         return [self._resumed(record) for record in self.store.unfinished_operations()]
 
+    def applied_unstarted(self) -> list[ProposalTerms]:
+        """Proposals claimed by an apply whose operation was never recorded: the bot stopped
+        between the claim and recording what the agent answered."""
+        return [
+            _terms(record, self.store.revision(record.revision_id))
+            for record in self.store.applied_without_operation()
+        ]
+
     def _resumed(self, record: OperationRecord) -> Watch:
         """The watch a restarted bot takes up again, with who proposed and applied it, so its
         notices mention the same people as before the restart."""

@@ -6,7 +6,8 @@ them, so nothing is lost across a reconnect or a bot restart), stores the new on
 through the throttle to the front end. When the state becomes stalled, rolling back or final, the
 people involved are notified. An agent that stops answering is reported once ("unreachable since
 HH:MM") and polled again every ``retry_s``; watching goes on until the operation ends or the
-watcher is stopped.
+watcher is stopped. It ends with the operation's final event, not with the first page that
+shows a final state (the agent may answer that state before the event that carries the end).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Proposals: the Slack side of a proposed revision (its message, expiry and fingerprint).
 
 :meth:`~bot.store.Store.record_proposal` writes a proposal together with its revision; these
-methods find one again (a button click names the message it sits on) and attach the message ts
-once the message is posted.
+methods find one again (a button click names the message it sits on), attach the message ts
+once the message is posted, and list the applied ones whose operation was never recorded (the
+bot died between the agent's accepting it and its own write).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from bot.errors import NotFound
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record
-from bot.store._models import CHANNEL, TS, ProposalRow, RevisionRow
+from bot.store._models import CHANNEL, TS, OperationRow, ProposalRow, RevisionRow
 from bot.store.records import ProposalRecord, RevisionOutcome
 
 __all__ = ["ProposalsMixin"]
@@ -69,6 +70,22 @@ class ProposalsMixin(StoreBase):
         )
         with self._read("read expired proposals") as session:
             return [proposal_record(row) for row in session.scalars(query)]
+
+    def applied_without_operation(self) -> list[ProposalRecord]:
+        """Proposals applied (their revision's outcome is ``applied``) for which no operation
+        is recorded, oldest first."""
+        started = select(OperationRow.revision_id).where(OperationRow.revision_id.is_not(None))
+        with self._read("read applied proposals") as session:
+            rows = session.scalars(
+                select(ProposalRow)
+                .join(RevisionRow, RevisionRow.id == ProposalRow.revision_id)
+                .where(
+                    RevisionRow.outcome == RevisionOutcome.APPLIED.value,
+                    ProposalRow.revision_id.not_in(started),
+                )
+                .order_by(ProposalRow.id)
+            )
+            return [proposal_record(row) for row in rows]
 
 
 def _get_proposal(session: Session, proposal_id: object) -> ProposalRow:

@@ -1,13 +1,15 @@
 """Injected failures: answer a method with 429 or 500 for a share of calls, or the next N.
 
 The share is drawn from a ``random.Random`` seeded per rule, so a run with the same seed and the
-same sequence of calls to a method fails the same calls again.
+same sequence of calls to a method fails the same calls again. Several statuses may share one
+method's calls (a third 429, a tenth 500): one draw per call picks which, if any.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.errors import InputError
@@ -27,8 +29,7 @@ class Fault:
 
 @dataclass
 class _ShareRule:
-    share: float
-    fault: Fault
+    bands: tuple[tuple[float, Fault], ...]  # (upper bound of the draw, its fault), increasing
     rng: random.Random
 
 
@@ -64,11 +65,26 @@ class FaultPlan:
         self, method: str, share: float, *, status: int = 429, retry_after: int = 1, seed: int = 0
     ) -> None:
         """Fail about ``share`` (0 to 1) of the calls to ``method``, drawn with ``seed``."""
-        if not 0.0 <= share <= 1.0:
-            raise InputError(f"fault share {share} is not between 0 and 1 (e.g. 0.33 for a third)")
-        fault = _checked_fault(status, retry_after)
+        self.fail_shares(method, {status: share}, retry_after=retry_after, seed=seed)
+
+    def fail_shares(
+        self, method: str, shares: Mapping[int, float], *, retry_after: int = 1, seed: int = 0
+    ) -> None:
+        """Fail about ``shares[status]`` of the calls to ``method`` with each status (e.g.
+        ``{429: 1/3, 500: 1/10}``), one draw per call with ``seed``; replaces earlier shares."""
+        bands: list[tuple[float, Fault]] = []
+        bound = 0.0
+        for status, share in shares.items():
+            if not 0.0 <= share <= 1.0:
+                raise InputError(
+                    f"fault share {share} is not between 0 and 1 (e.g. 0.33 for a third)"
+                )
+            bound += share
+            bands.append((bound, _checked_fault(status, retry_after)))
+        if bound > 1.0:
+            raise InputError(f"fault shares add up to {bound:g}, more than every call (1)")
         with self._lock:
-            self._shares[method] = _ShareRule(share, fault, random.Random(seed))
+            self._shares[method] = _ShareRule(tuple(bands), random.Random(seed))
 
     def clear(self) -> None:
         """Stop failing anything."""
@@ -83,7 +99,8 @@ class FaultPlan:
             if pending:
                 return pending.pop(0)
             rule = self._shares.get(method)
+            if rule is None:
+                return None
             # Draw for every call, failing or not, so the sequence depends only on the seed.
-            if rule is not None and rule.rng.random() < rule.share:
-                return rule.fault
-            return None
+            drawn = rule.rng.random()
+            return next((fault for bound, fault in rule.bands if drawn < bound), None)

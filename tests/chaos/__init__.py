@@ -1,0 +1,1 @@
+"""kimi-ops under faults: processes killed, links cut, Slack refusing calls."""

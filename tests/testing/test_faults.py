@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 
 import pytest
 from slack_sdk import WebClient
@@ -92,6 +93,29 @@ def test_a_seeded_share_fails_the_same_calls_on_every_run() -> None:
     assert patterns[0] != patterns[2]
     # A third of 30 calls, give or take what a fair coin does: well away from none or all.
     assert 3 <= sum(patterns[0]) <= 20
+
+
+def test_mixed_shares_answer_each_call_by_one_seeded_draw(slack: SlackApiStandIn) -> None:
+    """With a third 429 and a tenth 500, call i gets 429 when the seed's i-th draw is below
+    1/3, 500 when below 1/3 + 1/10, else 200: both kinds occur, as the seed says."""
+    slack.faults.fail_shares("chat.postMessage", {429: 1 / 3, 500: 1 / 10}, seed=6)
+    _failed_pattern(slack, 40)
+    draws = random.Random(6)
+    expected = []
+    for _ in range(40):
+        drawn = draws.random()
+        expected.append(429 if drawn < 1 / 3 else 500 if drawn < 1 / 3 + 1 / 10 else 200)
+    assert [c.status for c in slack.calls("chat.postMessage")] == expected
+    assert {429, 500, 200} <= set(expected)
+
+
+def test_shares_adding_up_to_more_than_every_call_are_refused(
+    slack: SlackApiStandIn, client: WebClient
+) -> None:
+    """Shares over 1 in all are refused and no fault is installed."""
+    with pytest.raises(InputError, match="more than every call"):
+        slack.faults.fail_shares("chat.postMessage", {429: 0.7, 500: 0.5})
+    assert client.chat_postMessage(channel="C1", text="a")["ok"] is True
 
 
 @pytest.mark.parametrize(("share", "expected"), [(0.0, [False] * 6), (1.0, [True] * 6)])

@@ -10,6 +10,9 @@
   (``scheduler_locks``) and a second process is refused
   (:class:`~bot.errors.SchedulerLocked`): run it with ``--no-scheduler``. The heartbeat renews
   the lease; a scheduler that finds its lease taken over stops itself rather than post twice.
+  A lease whose owner was a process of this host that no longer exists (a bot killed by SIGKILL
+  or the OOM killer gives nothing up) is taken over at once, so the bot's restart is not
+  refused until the lease goes stale.
 
 The heartbeat also reconciles the report jobs with the ``report_schedules`` table, so a schedule
 made through a ``--no-scheduler`` bot is picked up within one heartbeat.
@@ -57,6 +60,24 @@ def report_job_id(schedule_id: int) -> str:
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _dead_here(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:nonce``) names a process of this host that is gone; any
+    doubt (another host, a pid we may not signal, an owner of another shape) is no."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # it exists, as another user
+    return False
 
 
 class ReportScheduler:
@@ -108,6 +129,7 @@ class ReportScheduler:
     def start(self) -> None:
         """Take the lease (or raise :class:`~bot.errors.SchedulerLocked`), load the stored jobs,
         add the sampling and heartbeat jobs, and start; missed reports run once now."""
+        self._release_if_dead()
         self.store.acquire_scheduler_lock(
             self.name, self.owner, self._clock.now(), self.settings.lock_stale_seconds
         )
@@ -125,6 +147,12 @@ class ReportScheduler:
         self.desk.on_schedules_changed = self.sync
         self.sync()
         self._scheduler.resume()
+
+    def _release_if_dead(self) -> None:
+        lease = self.store.scheduler_lease(self.name)
+        if lease is not None and _dead_here(lease.owner):
+            log.warning("taking over the report scheduler of %s, which no longer runs", lease.owner)
+            self.store.release_scheduler_lock(self.name, lease.owner)
 
     def stop(self) -> None:
         """Stop the jobs (waiting for a running one) and give the lease up."""
