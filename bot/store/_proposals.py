@@ -17,7 +17,7 @@ from bot.errors import NotFound
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record
-from bot.store._models import CHANNEL, TS, OperationRow, ProposalRow, RevisionRow
+from bot.store._models import CHANNEL, TS, OperationRow, ProposalRow, RevisionRow, RolloutReplicaRow
 from bot.store.records import ProposalRecord, RevisionOutcome
 
 __all__ = ["ProposalsMixin"]
@@ -73,8 +73,12 @@ class ProposalsMixin(StoreBase):
 
     def applied_without_operation(self) -> list[ProposalRecord]:
         """Proposals applied (their revision's outcome is ``applied``) for which no operation
-        is recorded, oldest first."""
+        is recorded, oldest first. A fleet replica's proposal is not one: its operation is the
+        rollout's, recorded on the rollout's line and carried on by the fleet desk."""
         started = select(OperationRow.revision_id).where(OperationRow.revision_id.is_not(None))
+        in_rollouts = select(RolloutReplicaRow.proposal_id).where(
+            RolloutReplicaRow.proposal_id.is_not(None)
+        )
         with self._read("read applied proposals") as session:
             rows = session.scalars(
                 select(ProposalRow)
@@ -82,6 +86,7 @@ class ProposalsMixin(StoreBase):
                 .where(
                     RevisionRow.outcome == RevisionOutcome.APPLIED.value,
                     ProposalRow.revision_id.not_in(started),
+                    ProposalRow.id.not_in(in_rollouts),
                 )
                 .order_by(ProposalRow.id)
             )

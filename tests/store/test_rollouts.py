@@ -137,3 +137,26 @@ def test_an_unknown_rollout_is_not_found(store: Store) -> None:
         store.rollout(9)
     with pytest.raises(NotFound, match="there is no rollout #9"):
         store.start_rollout(9, "U0ANA", AT)
+
+
+def test_a_replica_proposal_applied_by_a_rollout_is_not_an_unrecorded_apply(store: Store) -> None:
+    """A fleet replica's applied proposal has its operation on the rollout's line, so a bot
+    restart must not adopt it as a single host's apply; a plain applied proposal still is one."""
+
+    def applied(host: str) -> int:
+        proposal = store.record_proposal(
+            host, SIZE_48, PLAN_48, proposed_by="U0BEN", channel="C0OPS",
+            expires_at=datetime(2030, 1, 1, tzinfo=UTC), fingerprint="sha256:feed",
+            requested={"kind": "size", "value": 48}, command_line=COMMAND,
+        )  # fmt: skip
+        store.record_apply(proposal.revision_id, "U0ANA", at=AT)
+        return proposal.id
+
+    replica_proposal, plain_proposal = applied("kimi-01"), applied("kimi-02")
+    line = replace(LINES[0], proposal_id=replica_proposal)
+    store.record_rollout(
+        "prod", OperationKind.RESIZE, "hicache size 48", (line,), proposed_by="U0BEN",
+        state=RolloutState.PROPOSED, size_gb=48, channel="C0OPS",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC), at=AT,
+    )  # fmt: skip
+    assert [p.id for p in store.applied_without_operation()] == [plain_proposal]
