@@ -7,7 +7,9 @@ reporter gathers figures, draws charts, asks the planner and keeps schedules.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from bot.agent_json import PlannedChange
@@ -19,13 +21,23 @@ __all__ = ["Advice", "ChartImage", "Reporter"]
 
 @dataclass(frozen=True)
 class ChartImage:
-    """A host's trend chart: the PNG, its file name and the alt text a front end must send."""
+    """A host's trend chart: the PNG, its file name and the alt text a front end must send.
+
+    The PNG is drawn by ``draw`` on first use, not when the report is made: drawing takes
+    seconds per host and one figure at a time, so a front end posts the report first and the
+    charts after it (a report over many hosts reaches the channel as soon as one over one host),
+    and a front end that shows no picture never draws one.
+    """
 
     host: str
-    png: bytes = field(repr=False)
+    draw: Callable[[], bytes] = field(repr=False, compare=False)
     filename: str
     alt: str
     size_px: tuple[int, int]
+
+    @cached_property
+    def png(self) -> bytes:
+        return self.draw()
 
 
 @dataclass(frozen=True)

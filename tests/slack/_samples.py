@@ -213,7 +213,9 @@ def host_report() -> HostReport:
 
 
 def report_reply(scheduled: bool = False) -> ReportReply:
-    chart = ChartImage("kimi-01", b"png", "kimi-01-capacity.png", "Capacity of kimi-01", (720, 720))
+    chart = ChartImage(
+        "kimi-01", lambda: b"png", "kimi-01-capacity.png", "Capacity of kimi-01", (720, 720)
+    )
     busy = HostReportView(
         host_report(),
         chart=chart,

@@ -81,3 +81,27 @@ def test_a_failed_scheduled_report_is_said_in_the_channel(
     _front(slack, store).post(CHANNEL, ProblemReply("the agent on kimi-01 did not answer"))
     (said,) = slack.history(CHANNEL)
     assert said.text == "error: the agent on kimi-01 did not answer"
+
+
+def test_the_report_is_in_the_channel_before_any_chart_is_drawn(
+    slack: SlackApiStandIn, store: Store
+) -> None:
+    """Each chart is drawn only after the report message was posted, so a report over many hosts
+    reaches the channel without waiting for every host's chart (seconds each)."""
+    posted_when_drawn: list[int] = []
+
+    def draw() -> bytes:
+        posted_when_drawn.append(len(slack.calls("chat.postMessage")))
+        return b"drawn png"
+
+    sample = report_reply()
+    busy = sample.hosts[0]
+    assert busy.chart is not None
+    charted = replace(busy, chart=replace(busy.chart, draw=draw), proposal=None)
+    _front(slack, store).post(CHANNEL, replace(sample, hosts=(charted, *sample.hosts[1:])))
+    assert posted_when_drawn == [1]  # drawn once, with the report already posted
+    (report,) = [m for m in slack.history(CHANNEL) if m.thread_ts is None]
+    (shared,) = slack.replies(CHANNEL, report.ts)
+    upload = slack.upload(shared.files[0])
+    assert upload is not None
+    assert upload.data == b"drawn png"

@@ -5,6 +5,7 @@ stored samples, planner-checked advice, and the schedules in the store.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -85,10 +86,9 @@ class ReportDesk:
         samples = self.samples(report.host, report.at)
         start = chart_window(samples, report.at, self._settings.window_hours)
         changes = tuple(c for c in report.changes if start <= c.at <= report.at)
-        png = render_chart(report.host, samples, changes, start, report.at)
         return ChartImage(
             host=report.host,
-            png=png,
+            draw=functools.partial(render_chart, report.host, samples, changes, start, report.at),
             filename=f"{report.host}-capacity-{report.at:%Y%m%d-%H%M}.png",
             alt=alt_text(report.host, samples, changes),
             size_px=CHART_PX,
