@@ -3,7 +3,9 @@ the figures it promises, each target beside its measurement, and the load it ran
 
 The benches run as ``make bench`` runs them: ``python bench/<name>.py``, a real subprocess with
 the real simulator, agents and stores they start themselves. Whether a target is met depends on
-the machine, so it is not asserted here; that each target is reported is.
+the machine, so it is not asserted here; that each target is reported is. The quick runs take
+four minutes of the two cores together, so they are ``long``: ``make test-long`` runs them,
+``make test`` keeps only the check that every bench is listed.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def _run_quick(name: str) -> list[str]:
     return done.stdout.splitlines()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_quick_run_prints_one_json_line_with_its_targets(name: str) -> None:
