@@ -11,7 +11,6 @@ recommendations to the planner and runs the scheduler::
 
 from __future__ import annotations
 
-from bot.reports._prometheus import metrics_from_mapping
 from bot.reports.cadence import Cadence
 from bot.reports.chart import CHART_PX, alt_text, chart_window, render_chart
 from bot.reports.model import (
@@ -43,7 +42,6 @@ __all__ = [
     "candidates",
     "chart_window",
     "load_report_settings",
-    "metrics_from_mapping",
     "render_chart",
     "sample_of",
 ]

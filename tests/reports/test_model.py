@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from bot.agent_json import AgentOperation, AgentStatus
-from bot.prometheus import prometheus_samples
-from bot.reports import ServerMetrics, metrics_from_mapping, sample_of
+from bot.prometheus import prometheus_samples, server_metrics
+from bot.reports import ServerMetrics, sample_of
 from bot.reports.model import HostReport
 from bot.reports.runtime import report_from
 from tests.reports._fixtures import GB, T0, SetClock, status_json
@@ -43,7 +43,7 @@ def _operation(op_id: int, state: str, minutes: int, setting: str | None) -> Age
 
 def test_gauges_of_two_ranks_average_fractions_and_add_counts() -> None:
     """Two DP ranks at 96% and 98% read 97%; their queues (30 + 50) add up; NaN is skipped."""
-    metrics = metrics_from_mapping(prometheus_samples(TWO_RANKS))
+    metrics = server_metrics(prometheus_samples(TWO_RANKS))
     assert metrics == ServerMetrics(
         token_usage=pytest.approx((0.96 + 0.98) / 2),
         running_requests=50,
@@ -54,7 +54,7 @@ def test_gauges_of_two_ranks_average_fractions_and_add_counts() -> None:
 
 def test_a_server_without_the_gauges_has_no_metrics() -> None:
     """Text without any gauge kimi-ops reads gives None, not zeros."""
-    assert metrics_from_mapping(prometheus_samples("# nothing\nprocess_cpu_seconds 4.0\n")) is None
+    assert server_metrics(prometheus_samples("# nothing\nprocess_cpu_seconds 4.0\n")) is None
 
 
 def test_a_report_carries_the_agents_figures_and_the_ready_configs() -> None:

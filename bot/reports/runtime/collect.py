@@ -19,14 +19,13 @@ from bot.agent_json import AgentOperation, AgentStatus
 from bot.chat.agent_client import AgentClient
 from bot.clock import Clock
 from bot.errors import AgentError
-from bot.prometheus import prometheus_samples
+from bot.prometheus import prometheus_samples, server_metrics
 from bot.reports import (
     ConfigChange,
     GpuMemory,
     HostReport,
     LastOperation,
     ServerMetrics,
-    metrics_from_mapping,
 )
 from bot.vocab import OperationState
 
@@ -67,7 +66,7 @@ class ServerMetricsSource:
             return status.metrics
         if response.status_code != 200:
             return status.metrics
-        return metrics_from_mapping(prometheus_samples(response.text)) or status.metrics
+        return server_metrics(prometheus_samples(response.text)) or status.metrics
 
     def close(self) -> None:
         self._http.close()
