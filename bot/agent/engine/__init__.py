@@ -1,7 +1,12 @@
 """The operation engine: resizes, restarts and rollbacks, one at a time, resumable after a crash.
 
 - :mod:`bot.agent.engine.manager`: requests (checks, planning, records) and the threads;
-- :mod:`bot.agent.engine.runner`: one operation: stop, GPU wait, start, follow, roll back;
+- :mod:`bot.agent.engine.runner`: one operation's sequence: start, record, roll back to the last
+  ready revision, resume;
+- :mod:`bot.agent.engine.start_attempt`: one start: write the command line, stop, GPU wait,
+  spawn or adopt, follow under the guard;
+- :mod:`bot.agent.engine.position`: where an operation stands (its resume point) and the crash
+  points passed between its steps;
 - :mod:`bot.agent.engine.follower`: following one start to ready or failed (stall, ceiling);
 - :mod:`bot.agent.engine.watcher`: a start's log turned into events and figures (pure);
 - :mod:`bot.agent.engine.guard`: a start stopped when its host pools exceed the plan's budget or
@@ -29,6 +34,9 @@ from bot.agent.engine.crash_points import (
 from bot.agent.engine.gpu_wait import WaitResult, gpu_indices, wait_for_gpus_free
 from bot.agent.engine.guard import GuardTrip, PoolBudget, StartGuard, guard_note
 from bot.agent.engine.manager import OperationManager, Planner
+from bot.agent.engine.position import OperationPosition
+from bot.agent.engine.runner import Runner
+from bot.agent.engine.start_attempt import StartAttempt
 
 __all__ = [
     "APPLY_POINTS",
@@ -39,11 +47,14 @@ __all__ = [
     "CrashPoints",
     "GuardTrip",
     "OperationManager",
+    "OperationPosition",
     "Planner",
     "PoolBudget",
+    "Runner",
     "RunnerContext",
     "SGLangLike",
     "SimulatedCrash",
+    "StartAttempt",
     "StartGuard",
     "StartOutcome",
     "WaitResult",
