@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 
 from bot.chat.audit import Watch
+from bot.chat.change_commands import watch_started
 from bot.chat.claims import operation_for_claim
-from bot.chat.handlers import Context, watch_started
+from bot.chat.handler_context import Context
 from bot.errors import AgentError
 
 __all__ = ["adopt_applied"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bot.chat import fleet_commands, handlers
+from bot.chat import change_commands, fleet_commands, read_commands, report_commands
 from bot.chat.adoption import adopt_applied
 from bot.chat.agent_client import connect
 from bot.chat.audit import Audit, Watch
@@ -47,7 +47,7 @@ from bot.chat.grammar import (
     UsageError,
     parse,
 )
-from bot.chat.handlers import Context
+from bot.chat.handler_context import Context
 from bot.chat.policy import Actor, Policy
 from bot.chat.progress import ProgressView
 from bot.chat.replies import FrontEnd, Reply, UsageReply
@@ -57,20 +57,20 @@ from bot.clock import Clock, SystemClock
 __all__ = ["ChatCore", "build_core"]
 
 _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
-    Help: handlers.help_,
-    Status: handlers.status,
-    Hosts: handlers.hosts,
-    Resize: handlers.resize,
+    Help: read_commands.help_,
+    Status: read_commands.status,
+    Hosts: read_commands.hosts,
+    Resize: change_commands.resize,
     Apply: fleet_commands.apply,  # a fleet's proposal starts its rollout; others go to the host
-    Cancel: handlers.cancel,
-    Restart: handlers.restart,
-    Rollback: handlers.rollback,
-    History: handlers.history,
-    Report: handlers.report,
-    ReportEvery: handlers.report_every,
-    ReportDaily: handlers.report_daily,
-    ReportOff: handlers.report_off,
-    ReportSchedules: handlers.report_schedules,
+    Cancel: change_commands.cancel,
+    Restart: change_commands.restart,
+    Rollback: change_commands.rollback,
+    History: read_commands.history,
+    Report: report_commands.report,
+    ReportEvery: report_commands.report_every,
+    ReportDaily: report_commands.report_daily,
+    ReportOff: report_commands.report_off,
+    ReportSchedules: report_commands.report_schedules,
     FleetResize: fleet_commands.fleet_resize,
     FleetRestart: fleet_commands.fleet_restart,
     FleetRollback: fleet_commands.fleet_rollback,

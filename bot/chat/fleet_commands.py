@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
-from bot.chat import handlers
+from bot.chat import change_commands
 from bot.chat.config import HostSettings
 from bot.chat.grammar import (
     Apply,
@@ -27,7 +27,7 @@ from bot.chat.grammar import (
     FleetRollback,
     Fleets,
 )
-from bot.chat.handlers import Context
+from bot.chat.handler_context import Context
 from bot.chat.policy import Action, Actor, ProposalState, ProposalTerms, RefusalKind
 from bot.chat.replies import (
     FleetAnswer,
@@ -38,6 +38,7 @@ from bot.chat.replies import (
     Reply,
     RolloutReply,
 )
+from bot.chat.shared_replies import ask_all, refused
 from bot.clock import Clock
 from bot.errors import AgentError, FleetBusy, NotFound
 from bot.fleet.config import FleetSettings
@@ -179,7 +180,7 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
     if ctx.fleets is not None:
         record = ctx.fleets.store.rollout_by_proposal(command.proposal_id)
     if record is None:
-        return handlers.apply(ctx, actor, command)
+        return change_commands.apply(ctx, actor, command)
     desk = ctx.fleets
     assert desk is not None
     shown = _shown_id(record)
@@ -197,7 +198,7 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
             if record.state is RolloutState.PROPOSED:
                 desk.store.save_rollout(record.id, RolloutState.CANCELLED, record.replicas,
                                         f"{refusal.kind.value} before it was applied")  # fmt: skip
-        return handlers._refused(ctx, refusal)
+        return refused(ctx, refusal)
     try:
         started = desk.start(record.id, actor.id)
     except FleetBusy as exc:
@@ -205,7 +206,7 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
     if started.applied_by != actor.id:
         lost = ctx.policy.check_apply(actor, _terms(started, terms), ctx.clock.now(), None)
         assert lost is not None  # started by another: LOCKED
-        return handlers._refused(ctx, lost)
+        return refused(ctx, lost)
     for line in record.replicas:
         if line.proposal_id is not None:
             ctx.audit.claim_apply(line.proposal_id, actor.id, started.started_at or ctx.clock.now())
@@ -218,7 +219,7 @@ def _direct(ctx: Context, actor: Actor, name: str, change: FleetChange, action: 
         return desk
     refusal = ctx.policy.may(actor, action, f"fleet {name}")
     if refusal is not None:
-        return handlers._refused(ctx, refusal)
+        return refused(ctx, refusal)
     planned = desk.plan(name, change)
     assert not isinstance(planned, FleetRefusal)  # only a resize is planned to refuse
     replicas = planned.replicas
@@ -253,7 +254,7 @@ def fleet_resume(ctx: Context, actor: Actor, command: FleetResume) -> Reply:
         return desk
     refusal = ctx.policy.may(actor, Action.APPLY, f"fleet {command.fleet}")
     if refusal is not None:
-        return handlers._refused(ctx, refusal)
+        return refused(ctx, refusal)
     resumed = desk.resume(command.fleet)
     if resumed:
         return RolloutReply(view_of(resumed[0]), resumed=True)
@@ -276,7 +277,7 @@ def fleets(ctx: Context, actor: Actor, command: Fleets) -> Reply:
     answers = []
     for name, fleet in desk.fleets.items():
         hosts: list[HostSettings] = [ctx.settings.host(h) for h in fleet.hosts]
-        replicas = handlers._ask_all(ctx, tuple(h.name for h in hosts))
+        replicas = ask_all(ctx, tuple(h.name for h in hosts))
         running = desk.running_in(name)
         answers.append(FleetAnswer(name, fleet.router, replicas,
                                    None if running is None else view_of(running)))  # fmt: skip

@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 
 from bot.chat.core import ChatCore
-from bot.chat.handlers import REPORTS_PROPOSER
 from bot.chat.policy import Actor
 from bot.chat.replies import (
     HelpReply,
@@ -21,6 +20,7 @@ from bot.chat.replies import (
     ReportStoppedReply,
     UsageReply,
 )
+from bot.chat.report_commands import REPORTS_PROPOSER
 from bot.reports import CHART_PX, ReportSettings
 from bot.reports.runtime import attach_reports
 from bot.store import Store

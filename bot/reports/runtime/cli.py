@@ -22,8 +22,8 @@ from typing import Any
 from bot.chat.agent_client import revisions_source
 from bot.chat.config import load_chat_settings
 from bot.chat.core import build_core
-from bot.chat.handlers import capacity_report
 from bot.chat.replies import HostReportView, ProblemReply, ReportReply, SilentFront
+from bot.chat.report_commands import capacity_report
 from bot.chat.store_audit import StoreAudit
 from bot.errors import InputError
 from bot.reports import load_report_settings

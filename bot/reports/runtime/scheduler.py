@@ -34,8 +34,9 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from bot.chat.handlers import Context, capacity_report
+from bot.chat.handler_context import Context
 from bot.chat.replies import ProblemReply, ReportPoster
+from bot.chat.report_commands import capacity_report
 from bot.clock import Clock, SystemClock
 from bot.errors import KimiOpsError, NotFound
 from bot.reports import Cadence, ReportSettings

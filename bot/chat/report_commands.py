@@ -1,0 +1,116 @@
+"""The capacity report commands: ``report`` now, and its schedules (``report every``,
+``report daily``, ``report off``, ``report schedules``), one plain function each:
+``(context, actor, command) -> Reply``; also :func:`capacity_report`, what a schedule posts.
+A recommendation the samples call for is recorded as a proposal by the bot."""
+
+from __future__ import annotations
+
+from bot.chat.change_commands import propose
+from bot.chat.grammar import Report, ReportDaily, ReportEvery, ReportOff, ReportSchedules
+from bot.chat.handler_context import Context
+from bot.chat.policy import Action, Actor
+from bot.chat.replies import (
+    HostReportView,
+    ProblemReply,
+    RefusalReply,
+    Reply,
+    ReportReply,
+    ReportScheduledReply,
+    ReportSchedulesReply,
+    ReportStoppedReply,
+)
+from bot.chat.reporting import Reporter
+from bot.chat.shared_replies import refused
+from bot.reports import Cadence, HostReport
+from bot.store.records import ReportSchedule
+
+__all__ = [
+    "REPORTS_PROPOSER",
+    "capacity_report",
+    "report",
+    "report_daily",
+    "report_every",
+    "report_off",
+    "report_schedules",
+]
+
+#: Who proposes what a capacity report recommends (the bot, not the person who asked for it).
+REPORTS_PROPOSER = "kimi-ops-reports"
+_NO_REPORTS = (
+    "capacity reports are not set up in this kimi-ops process ('status' shows the figures)"
+)
+
+
+def _host_view(ctx: Context, reporter: Reporter, report: HostReport) -> HostReportView:
+    if not report.answered:
+        return HostReportView(report)
+    advice = reporter.advise(report)
+    proposal = None
+    if advice is not None:
+        proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
+    return HostReportView(
+        report,
+        chart=reporter.chart(report),
+        proposal=proposal,
+        evidence=None if advice is None else advice.evidence,
+    )
+
+
+def capacity_report(
+    ctx: Context, host: str | None, schedule: ReportSchedule | None = None
+) -> ReportReply | ProblemReply:
+    """Every host's report (or ``host``'s), asked in parallel; a recommendation the samples call
+    for is recorded as a proposal. Also what a report schedule posts."""
+    if ctx.reporter is None:
+        return ProblemReply(_NO_REPORTS)
+    if host is not None:
+        names: tuple[str, ...] = (ctx.settings.host(host).name,)
+    else:
+        default = ctx.settings.default_host.name
+        names = tuple(sorted(ctx.settings.host_names, key=lambda n: n != default))
+    reporter = ctx.reporter
+    views = tuple(_host_view(ctx, reporter, found) for found in reporter.gather(names))
+    return ReportReply(views, schedule)
+
+
+def report(ctx: Context, actor: Actor, command: Report) -> Reply:
+    return capacity_report(ctx, command.host)
+
+
+def _scheduler_of(ctx: Context, actor: Actor) -> Reporter | ProblemReply | RefusalReply:
+    """The reporter when ``actor`` may change schedules here; else the reply saying why not."""
+    if ctx.reporter is None:
+        return ProblemReply(_NO_REPORTS)
+    refusal = ctx.policy.may(actor, Action.SCHEDULE)
+    return ctx.reporter if refusal is None else refused(ctx, refusal)
+
+
+def _schedule(ctx: Context, actor: Actor, cadence: Cadence) -> Reply:
+    reporter = _scheduler_of(ctx, actor)
+    if isinstance(reporter, ProblemReply | RefusalReply):
+        return reporter
+    found = reporter.schedule(ctx.channel, cadence, actor.id)
+    return ReportScheduledReply(found, cadence.shown, reporter.timezone)
+
+
+def report_every(ctx: Context, actor: Actor, command: ReportEvery) -> Reply:
+    return _schedule(ctx, actor, Cadence(every_s=command.interval_s))
+
+
+def report_daily(ctx: Context, actor: Actor, command: ReportDaily) -> Reply:
+    return _schedule(ctx, actor, Cadence(daily=(command.hour, command.minute)))
+
+
+def report_off(ctx: Context, actor: Actor, command: ReportOff) -> Reply:
+    reporter = _scheduler_of(ctx, actor)
+    if isinstance(reporter, ProblemReply | RefusalReply):
+        return reporter
+    return ReportStoppedReply(ctx.channel, reporter.unschedule(ctx.channel))
+
+
+def report_schedules(ctx: Context, actor: Actor, command: ReportSchedules) -> Reply:
+    if ctx.reporter is None:
+        return ProblemReply(_NO_REPORTS)
+    found = ctx.reporter.schedules()
+    shown = tuple(Cadence.parse(s.cadence).shown for s in found)
+    return ReportSchedulesReply(found, shown, ctx.reporter.timezone)
