@@ -43,9 +43,13 @@ from bot.errors import AgentError, FleetBusy, NotFound
 from bot.fleet.config import FleetSettings
 from bot.fleet.desk import FleetDesk, RolloutSink, view_of
 from bot.fleet.plan import FleetChange, FleetRefusal
-from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
+from bot.fleet.view import RolloutView
 from bot.store import RevisionOutcome, RolloutRecord, Store
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = [
     "apply",

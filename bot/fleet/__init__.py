@@ -16,7 +16,7 @@ from bot.fleet.drain import DrainResult, LoadProbe, ReplicaLoad, wait_idle
 from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import RolloutLog, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker
-from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet.view import ReplicaView, RolloutView
 
 __all__ = [
     "DrainResult",
@@ -30,12 +30,10 @@ __all__ = [
     "LoadProbe",
     "ReplicaAgent",
     "ReplicaLoad",
-    "ReplicaPhase",
     "ReplicaView",
     "RolloutLog",
     "RolloutRunner",
     "RolloutSink",
-    "RolloutState",
     "RolloutStore",
     "RolloutView",
     "RouterApi",

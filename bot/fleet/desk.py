@@ -30,9 +30,13 @@ from bot.fleet.drain import LoadProbe, ReplicaLoad
 from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import EVENT_WAIT_S, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterClient
-from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet.view import ReplicaView, RolloutView
 from bot.store.records import RolloutRecord, RolloutReplicaRecord
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = ["FleetDesk", "RolloutSink", "RolloutStore", "StoreRolloutLog", "view_of"]
 

@@ -26,8 +26,12 @@ from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, wait_idle
 from bot.fleet.plan import FleetChange, ReplicaAgent
 from bot.fleet.router import RouterWorker
-from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
-from bot.vocab import OperationState
+from bot.fleet.view import RolloutView
+from bot.vocab import (
+    OperationState,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = ["RolloutLog", "RolloutRunner", "RouterSeam"]
 

@@ -20,13 +20,15 @@ from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._models import CHANNEL, HOST, TS, USER, RolloutReplicaRow, RolloutRow
 from bot.store.records import (
-    FINAL_ROLLOUT_STATES,
-    ReplicaPhase,
     RolloutRecord,
     RolloutReplicaRecord,
+)
+from bot.vocab import (
+    FINAL_ROLLOUT_STATES,
+    OperationKind,
+    ReplicaPhase,
     RolloutState,
 )
-from bot.vocab import OperationKind
 
 __all__ = ["RolloutsMixin"]
 

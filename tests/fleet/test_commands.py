@@ -28,13 +28,15 @@ from bot.fleet import (
     FleetChange,
     FleetRefusal,
     FleetSettings,
-    ReplicaPhase,
-    RolloutState,
     RolloutView,
     RouterApi,
 )
 from bot.store import RevisionOutcome, Store
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 from tests.chat._core_fixtures import (
     RecordingFrontEnd,
     chat_settings,

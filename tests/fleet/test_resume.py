@@ -15,14 +15,16 @@ from bot.fleet import (
     FleetChange,
     FleetDesk,
     FleetRefusal,
-    ReplicaPhase,
-    RolloutState,
     RolloutView,
     RouterApi,
     RouterClient,
 )
 from bot.store import Store, upgrade_to_head
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 from tests.fleet._rig import LoadGenerator, fleet_of, wait_for_traffic
 from tests.fleet._routers import VERSIONS
 

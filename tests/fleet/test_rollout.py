@@ -15,15 +15,17 @@ from bot.fleet import (
     FleetChange,
     FleetRefusal,
     ReplicaLoad,
-    ReplicaPhase,
     RolloutRunner,
-    RolloutState,
     RolloutView,
     RouterApi,
     RouterClient,
     plan_fleet,
 )
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 from tests.fleet._rig import Fleet, LoadGenerator, fleet_of, wait_for_traffic
 from tests.fleet._routers import VERSIONS
 

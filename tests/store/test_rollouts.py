@@ -10,13 +10,15 @@ import pytest
 
 from bot.errors import InputError, NotFound
 from bot.store import (
-    ReplicaPhase,
     RolloutRecord,
     RolloutReplicaRecord,
-    RolloutState,
     Store,
 )
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 from tests.store.conftest import table_counts
 from tests.store.test_store import COMMAND, PLAN_48, SIZE_48
 
