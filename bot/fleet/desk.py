@@ -102,6 +102,11 @@ class ClosingRouter(RouterSeam, Protocol):
     def close(self) -> None: ...
 
 
+def router_of(fleet: FleetSettings) -> RouterClient:
+    """The client of ``fleet``'s router, its Prometheus export included."""
+    return RouterClient(fleet.router, metrics_url=fleet.router_metrics)
+
+
 def view_of(record: RolloutRecord) -> RolloutView:
     """The view of a stored rollout (the applier, once there is one, is its actor)."""
     return RolloutView(
@@ -150,7 +155,7 @@ class FleetDesk:
         agents: Mapping[str, ReplicaAgent],
         sink: RolloutSink,
         clock: Clock,
-        router: Callable[[str], ClosingRouter] = RouterClient,
+        router: Callable[[FleetSettings], ClosingRouter] = router_of,
         probe: LoadProbe | None = None,
         event_wait_s: float = EVENT_WAIT_S,
     ) -> None:
@@ -293,7 +298,7 @@ class FleetDesk:
                     self.sink.replica_ended(new, line.host)
                 seen[line.host] = line.phase
 
-        router = self._router(fleet.router)
+        router = self._router(fleet)
         runner = RolloutRunner(
             fleet,
             change_of(record),

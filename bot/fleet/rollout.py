@@ -22,10 +22,12 @@ from typing import Protocol
 from bot.agent_json import AgentOperation
 from bot.clock import Clock
 from bot.errors import AgentError, RouterError
+from bot.fleet._ready import not_ready
+from bot.fleet.breakers import Breaker
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, wait_idle
 from bot.fleet.plan import FleetChange, ReplicaAgent
-from bot.fleet.router import RouterWorker
+from bot.fleet.router import RouterApi, RouterWorker
 from bot.fleet.view import RolloutView
 from bot.vocab import (
     OperationState,
@@ -44,7 +46,13 @@ REMOVAL_TIMEOUT_S = 60.0
 class RouterSeam(Protocol):
     """What the rollout asks of the router (:class:`bot.fleet.router.RouterClient`)."""
 
+    def api(self) -> RouterApi: ...
+
+    def workers(self) -> tuple[RouterWorker, ...]: ...
+
     def worker(self, url: str) -> RouterWorker | None: ...
+
+    def breakers(self) -> Mapping[str, Breaker] | None: ...
 
     def add(self, url: str) -> None: ...
 
@@ -174,9 +182,64 @@ class RolloutRunner:
         elif phase is ReplicaPhase.ADDING:
             operation = None  # the change is made; put it back
         else:
+            self._wait_for_others(host, url)
+            started = self.clock.monotonic()  # out of the router from here
             self._take_out(host, url)
             operation = self._change(host)
         self._put_back(host, url, operation, started)
+
+    def _wait_for_others(self, host: str, url: str) -> None:
+        """Until every other worker the router holds is healthy with its breaker closed: taking
+        ``host`` out while the others' breakers are open leaves the router nothing to send to."""
+        started = self.clock.monotonic()
+        shown = self._view.replica(host).detail if self._view else None
+        while True:
+            self._check_halt()
+            try:
+                workers = self.router.workers()
+                breakers, note = self._breakers()
+            except RouterError as exc:
+                self._set(host, detail=f"not taken out: {exc}")
+                raise _Stop(f"{host} could not be taken out of the router: {exc}") from exc
+            waiting = not_ready(workers, breakers, url)
+            if not waiting:
+                if note != shown:
+                    self._set(host, detail=note)
+                return
+            names = ", ".join(f"{self._host_of(w.url)} ({w.why})" for w in waiting)
+            waited = self.clock.monotonic() - started
+            if waited >= self.fleet.breaker_timeout_s:
+                why = (
+                    f"after {self.fleet.breaker_timeout_s:g} s the router still had {names}; "
+                    "taking it out would leave the router too little to send to (a breaker "
+                    "closes only once requests reach its replica again)"
+                )
+                self._set(host, detail=f"not taken out: {why}")
+                raise _Stop(f"{host} was not taken out of the router: {why}")
+            detail = f"waiting for {names} in the router"
+            if note is not None:
+                detail = f"{detail}; {note}"
+            if detail != shown:
+                self._set(host, detail=detail)
+                shown = detail
+            self.clock.sleep(min(self.fleet.poll_interval_s, 0.5))
+
+    def _breakers(self) -> tuple[Mapping[str, Breaker] | None, str | None]:
+        """The router's breakers, and what to say when it shows none (its health view only)."""
+        try:
+            found = self.router.breakers()
+        except RouterError as exc:
+            return None, f"no breaker state ({exc}): checked the router's health view only"
+        if found is None:
+            return None, (
+                f"router {self.router.api().value} shows no circuit breakers: checked its "
+                "health view only"
+            )
+        return found, None
+
+    def _host_of(self, url: str) -> str:
+        assert self._view is not None
+        return next((r.host for r in self._view.replicas if r.url == url.rstrip("/")), url)
 
     def _take_out(self, host: str, url: str) -> None:
         self._set(host, phase=ReplicaPhase.REMOVING)
@@ -199,11 +262,12 @@ class RolloutRunner:
         self._check_halt()
         if not drained.idle:
             running = "an unknown number of" if drained.busy is None else str(drained.busy)
-            self._set(
-                host,
-                detail=f"drain timeout {self.fleet.drain_timeout_s:g} s reached with {running} "
-                "requests running; SGLang's own SIGTERM drain finishes them",
+            timeout = (
+                f"drain timeout {self.fleet.drain_timeout_s:g} s reached with {running} "
+                "requests running; SGLang's own SIGTERM drain finishes them"
             )
+            note = self._view.replica(host).detail if self._view else None
+            self._set(host, detail=timeout if note is None else f"{timeout}; {note}")
 
     def _change(self, host: str) -> AgentOperation:
         agent = self.agents[host]
