@@ -309,6 +309,7 @@ class FleetDesk:
             StoreRolloutLog(self.store, self.clock),
             on_view,
             event_wait_s=self._event_wait_s,
+            since=record.started_at or record.created_at,
         )
 
         def run() -> None:

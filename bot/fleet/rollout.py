@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from bot.agent_json import AgentOperation
@@ -41,6 +42,10 @@ __all__ = ["RolloutLog", "RolloutRunner", "RouterSeam"]
 EVENT_WAIT_S = 20.0
 #: How long 0.2.x/0.3.x may take to carry out a queued removal before it shows.
 REMOVAL_TIMEOUT_S = 60.0
+#: How far behind the bot's clock an agent's may be when a replica's operation is looked for.
+CLOCK_SKEW = timedelta(minutes=5)
+#: How many of an agent's newest operations are searched for a replica's.
+RECENT_OPERATIONS = 20
 
 
 class RouterSeam(Protocol):
@@ -87,6 +92,7 @@ class RolloutRunner:
         log: RolloutLog,
         on_view: Callable[[RolloutView], None] = lambda view: None,
         event_wait_s: float = EVENT_WAIT_S,
+        since: datetime | None = None,
     ) -> None:
         self.fleet = fleet
         self.change = change
@@ -97,6 +103,8 @@ class RolloutRunner:
         self.log = log
         self.on_view = on_view
         self.event_wait_s = event_wait_s
+        #: When the rollout started: a replica's operation is no older (less the clock skew).
+        self.since = since
         self._halted = threading.Event()
         self._lock = threading.Lock()
         self._view: RolloutView | None = None
@@ -177,6 +185,12 @@ class RolloutRunner:
         started = self.clock.monotonic()
         phase = self._phase(host)
         operation_id = self._view.replica(host).operation_id if self._view else None
+        if phase is ReplicaPhase.RESIZING and operation_id is None:
+            # The bot stopped between asking the agent and saving its answer: the agent may
+            # have started the change already, and a second submit would restart it again.
+            operation_id = self._started_at_agent(host)
+            if operation_id is not None:
+                self._set(host, operation_id=operation_id)
         if phase is ReplicaPhase.RESIZING and operation_id is not None:
             operation = self._follow(host, operation_id)  # a restarted bot picks it up
         elif phase is ReplicaPhase.ADDING:
@@ -272,7 +286,9 @@ class RolloutRunner:
     def _change(self, host: str) -> AgentOperation:
         agent = self.agents[host]
         change = self.change
-        self._set(host, phase=ReplicaPhase.RESIZING)
+        # The phase saved first is the intent: a bot stopped before the answer is saved finds
+        # the operation at the agent on resume (a retried replica's old one is cleared here).
+        self._set(host, phase=ReplicaPhase.RESIZING, operation_id=None)
         try:
             # Planned again on fresh facts: the plan made before the rollout is a gate, and the
             # agent refuses a fingerprint older than its facts.
@@ -294,6 +310,27 @@ class RolloutRunner:
             raise _Stop(f"{host}'s agent did not start the change: {exc}") from exc
         self._set(host, operation_id=operation.id)
         return self._follow(host, operation.id)
+
+    def _started_at_agent(self, host: str) -> int | None:
+        """The operation this rollout asked ``host``'s agent for, when the agent has one: the
+        newest of the rollout's kind by its actor since it started."""
+        try:
+            recent = self.agents[host].operations(RECENT_OPERATIONS)
+        except AgentError as exc:
+            self._set(host, detail=f"not resumed: {exc}")
+            raise _Stop(
+                f"{host}'s agent could not say whether it started the change ({exc}); "
+                "resume once it answers"
+            ) from exc
+        since = None if self.since is None else self.since - CLOCK_SKEW
+        found = [
+            op.id
+            for op in recent
+            if op.kind is self.change.kind
+            and op.actor == self._actor
+            and (since is None or op.created_at >= since)
+        ]
+        return max(found, default=None)
 
     @property
     def _actor(self) -> str:
