@@ -62,7 +62,7 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     Hosts: handlers.hosts,
     Resize: handlers.resize,
     Apply: fleet_commands.apply,  # a fleet's proposal starts its rollout; others go to the host
-    Cancel: handlers.cancel,
+    Cancel: fleet_commands.cancel,  # a fleet's proposal ends its rollout; others go to the host
     Restart: handlers.restart,
     Rollback: handlers.rollback,
     History: handlers.history,

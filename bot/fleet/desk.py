@@ -79,6 +79,10 @@ class RolloutStore(Protocol):
 
     def unfinished_rollouts(self) -> list[RolloutRecord]: ...
 
+    def expire_rollouts(self, now: datetime) -> list[RolloutRecord]: ...
+
+    def cancel_rollout(self, rollout_id: int, reason: str, at: datetime) -> RolloutRecord: ...
+
     def last_rollout(self, fleet: str) -> RolloutRecord | None: ...
 
     def rollout_by_proposal(self, proposal_id: int) -> RolloutRecord | None: ...
@@ -192,7 +196,9 @@ class FleetDesk:
         channel: str,
         expires_at: datetime,
     ) -> RolloutRecord:
-        """Record a planned rollout that waits for an Apply."""
+        """Record a planned rollout that waits for an Apply (and end, as expired, those whose
+        Apply window closed meanwhile)."""
+        self.store.expire_rollouts(self.clock.now())
         return self._record(name, change, replicas, proposed_by, channel, RolloutState.PROPOSED,
                             expires_at=expires_at)  # fmt: skip
 
@@ -272,7 +278,9 @@ class FleetDesk:
 
     def resume(self, name: str | None = None) -> list[RolloutRecord]:
         """Carry on every rollout the store holds as running (of fleet ``name`` only, when
-        given) that no runner of this desk carries already."""
+        given) that no runner of this desk carries already; proposals whose Apply window closed
+        while no bot ran end expired."""
+        self.store.expire_rollouts(self.clock.now())
         found = []
         for record in self.store.unfinished_rollouts():
             if (name is None or record.fleet == name) and record.fleet in self.fleets:

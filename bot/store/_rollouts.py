@@ -199,6 +199,41 @@ class RolloutsMixin(StoreBase):
                 session.flush()
             return _record(session, row)
 
+    def cancel_rollout(self, rollout_id: int, reason: str, at: datetime) -> RolloutRecord:
+        """End a proposed rollout cancelled, saying why ("cancelled by U1", "expired ..."); one
+        already started or ended is left as it stands. The record as it stands afterwards."""
+        why, when = v.free_text("rollout reason", reason), v.instant("at", at)
+        with self._write("cancel a proposed rollout") as session:
+            row = _get(session, rollout_id)
+            if row.state == RolloutState.PROPOSED.value:
+                row.state, row.reason, row.ended_at = RolloutState.CANCELLED.value, why, when
+                session.flush()
+            return _record(session, row)
+
+    def expire_rollouts(self, now: datetime) -> list[RolloutRecord]:
+        """End cancelled every proposed rollout whose Apply window closed by ``now`` (the reason
+        says it expired, and when); the rollouts so ended, oldest first."""
+        when = v.instant("now", now)
+        query = (
+            select(RolloutRow)
+            .where(
+                RolloutRow.state == RolloutState.PROPOSED.value,
+                RolloutRow.expires_at.is_not(None),
+                RolloutRow.expires_at <= when,
+            )
+            .order_by(RolloutRow.id)
+        )
+        with self._write("expire proposed rollouts") as session:
+            ended = []
+            for row in session.scalars(query):
+                assert row.expires_at is not None
+                row.state = RolloutState.CANCELLED.value
+                row.reason = f"expired at {row.expires_at:%Y-%m-%d %H:%M} UTC before it was applied"
+                row.ended_at = when
+                ended.append(row)
+            session.flush()
+            return [_record(session, row) for row in ended]
+
     def set_rollout_message(self, rollout_id: int, channel: str, message_ts: str) -> None:
         """The message that shows the rollout (edited in place as it goes)."""
         with self._write("record a rollout's message") as session:
