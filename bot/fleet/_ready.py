@@ -8,7 +8,7 @@ through until enough succeed, and an open one gets none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from bot.fleet.breakers import Breaker
@@ -26,11 +26,21 @@ class NotReady:
 
 
 def not_ready(
-    workers: tuple[RouterWorker, ...], breakers: Mapping[str, Breaker] | None, leaving: str
+    workers: tuple[RouterWorker, ...],
+    breakers: Mapping[str, Breaker] | None,
+    leaving: str,
+    expected: Collection[str] = (),
 ) -> tuple[NotReady, ...]:
-    """The workers other than ``leaving`` that are not ready to take its traffic; a worker with
-    no breaker line has never failed a request, so its breaker is closed."""
-    waiting = []
+    """The workers other than ``leaving`` that are not ready to take its traffic, and those of
+    ``expected`` (the fleet's other replicas the rollout has not taken out) the router does not
+    hold: sglang-router 0.1.x drops a worker whose requests failed and never adds it back. A
+    worker with no breaker line has never failed a request, so its breaker is closed."""
+    listed = {worker.url.rstrip("/") for worker in workers}
+    waiting = [
+        NotReady(url.rstrip("/"), "not in the router")
+        for url in expected
+        if url.rstrip("/") not in listed and url.rstrip("/") != leaving.rstrip("/")
+    ]
     for worker in workers:
         url = worker.url.rstrip("/")
         if url == leaving.rstrip("/"):

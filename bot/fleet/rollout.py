@@ -17,13 +17,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 from bot.agent_json import AgentOperation
 from bot.clock import Clock
 from bot.errors import AgentError, RouterError
 from bot.fleet._ready import not_ready
+from bot.fleet._resume import started_operation
 from bot.fleet.breakers import Breaker
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, wait_idle
@@ -42,10 +43,12 @@ __all__ = ["RolloutLog", "RolloutRunner", "RouterSeam"]
 EVENT_WAIT_S = 20.0
 #: How long 0.2.x/0.3.x may take to carry out a queued removal before it shows.
 REMOVAL_TIMEOUT_S = 60.0
-#: How far behind the bot's clock an agent's may be when a replica's operation is looked for.
-CLOCK_SKEW = timedelta(minutes=5)
-#: How many of an agent's newest operations are searched for a replica's.
-RECENT_OPERATIONS = 20
+
+
+#: The phases of a replica that the router should hold.
+_IN = frozenset(
+    {ReplicaPhase.WAITING, ReplicaPhase.DONE, ReplicaPhase.UNCHANGED, ReplicaPhase.ROLLED_BACK}
+)
 
 
 class RouterSeam(Protocol):
@@ -215,7 +218,7 @@ class RolloutRunner:
             except RouterError as exc:
                 self._set(host, detail=f"not taken out: {exc}")
                 raise _Stop(f"{host} could not be taken out of the router: {exc}") from exc
-            waiting = not_ready(workers, breakers, url)
+            waiting = not_ready(workers, breakers, url, self._in_router(host))
             if not waiting:
                 if note != shown:
                     self._set(host, detail=note)
@@ -250,6 +253,12 @@ class RolloutRunner:
                 "health view only"
             )
         return found, None
+
+    def _in_router(self, host: str) -> tuple[str, ...]:
+        """The other replicas' URLs that should be in the router: all but those this rollout
+        has out (and a failed one, which stops it anyway)."""
+        assert self._view is not None
+        return tuple(r.url for r in self._view.replicas if r.host != host and r.phase in _IN)
 
     def _host_of(self, url: str) -> str:
         assert self._view is not None
@@ -315,22 +324,13 @@ class RolloutRunner:
         """The operation this rollout asked ``host``'s agent for, when the agent has one: the
         newest of the rollout's kind by its actor since it started."""
         try:
-            recent = self.agents[host].operations(RECENT_OPERATIONS)
+            return started_operation(self.agents[host], self.change.kind, self._actor, self.since)
         except AgentError as exc:
             self._set(host, detail=f"not resumed: {exc}")
             raise _Stop(
                 f"{host}'s agent could not say whether it started the change ({exc}); "
                 "resume once it answers"
             ) from exc
-        since = None if self.since is None else self.since - CLOCK_SKEW
-        found = [
-            op.id
-            for op in recent
-            if op.kind is self.change.kind
-            and op.actor == self._actor
-            and (since is None or op.created_at >= since)
-        ]
-        return max(found, default=None)
 
     @property
     def _actor(self) -> str:

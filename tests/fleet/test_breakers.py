@@ -230,3 +230,15 @@ def test_a_router_without_breakers_is_said_so_and_its_health_view_is_waited_on()
     shown = [v.replica("kimi-01").detail or "" for v in log.seen]
     assert any("router 0.1.x shows no circuit breakers: checked its health view only" in d
                for d in shown), shown  # fmt: skip
+
+
+def test_a_replica_the_router_dropped_is_waited_for_and_named() -> None:
+    """0.1.x drops a worker whose requests failed and never adds it back: kimi-02 missing from
+    the router keeps kimi-01 in, and the rollout stops saying kimi-02 is not in the router."""
+    clock, log = FakeClock(), Saved()
+    router = ScriptedRouter(clock, RouterApi.QUERY, [(0.0, None)])
+    del router.listed[B]
+    done = _runner(router, clock, log).run(VIEW)
+    assert router.removed == []
+    assert done.state is RolloutState.STOPPED
+    assert "kimi-02 (not in the router)" in (done.reason or "")
