@@ -192,21 +192,30 @@ class RolloutsMixin(StoreBase):
         """Move a proposed rollout to running for ``applied_by`` (one caller wins); the record as
         it stands afterwards, whoever started it."""
         who, when = v.text("applier", applied_by, USER), v.instant("at", at)
-        with self._write("start a rollout") as session:
-            row = _get(session, rollout_id)
-            if row.state == RolloutState.PROPOSED.value:
-                row.state, row.applied_by, row.started_at = RolloutState.RUNNING.value, who, when
-                session.flush()
-            return _record(session, row)
+        return self._leave_proposed(
+            rollout_id, "start a rollout", RolloutState.RUNNING, applied_by=who, started_at=when
+        )
 
     def cancel_rollout(self, rollout_id: int, reason: str, at: datetime) -> RolloutRecord:
         """End a proposed rollout cancelled, saying why ("cancelled by U1", "expired ..."); one
         already started or ended is left as it stands. The record as it stands afterwards."""
         why, when = v.free_text("rollout reason", reason), v.instant("at", at)
-        with self._write("cancel a proposed rollout") as session:
+        return self._leave_proposed(
+            rollout_id, "cancel a proposed rollout", RolloutState.CANCELLED, reason=why,
+            ended_at=when,
+        )  # fmt: skip
+
+    def _leave_proposed(
+        self, rollout_id: int, doing: str, state: RolloutState, **values: object
+    ) -> RolloutRecord:
+        """One write: a rollout still proposed takes ``state`` and ``values``; any other is left
+        as it stands (of two callers, the first wins and the second reads what it did)."""
+        with self._write(doing) as session:
             row = _get(session, rollout_id)
             if row.state == RolloutState.PROPOSED.value:
-                row.state, row.reason, row.ended_at = RolloutState.CANCELLED.value, why, when
+                row.state = state.value
+                for name, value in values.items():
+                    setattr(row, name, value)
                 session.flush()
             return _record(session, row)
 
