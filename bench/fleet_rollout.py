@@ -31,11 +31,14 @@ from bot.fleet import (
     FleetChange,
     FleetDesk,
     FleetRefusal,
-    RolloutState,
     RouterApi,
 )
 from bot.store import Store, upgrade_to_head
-from bot.vocab import OperationKind, OperationState
+from bot.vocab import (
+    OperationKind,
+    OperationState,
+    RolloutState,
+)
 from tests.fleet._rig import LoadGenerator, fleet_of, wait_for_traffic
 from tests.fleet._routers import VERSIONS
 

@@ -20,12 +20,15 @@ from enum import StrEnum
 
 __all__ = [
     "FINAL_OPERATION_STATES",
+    "FINAL_ROLLOUT_STATES",
     "LOG_FAILURE_KINDS",
     "EventPhase",
     "FailureKind",
     "OperationKind",
     "OperationState",
     "RefusedBy",
+    "ReplicaPhase",
+    "RolloutState",
     "ServerState",
 ]
 
@@ -141,3 +144,34 @@ class RefusedBy(StrEnum):
     SGLANG = "sglang"  # SGLang would reject the value: non-integer size, ratio <= 0, ...
     BUDGET = "budget"  # the host pool across all ranks does not fit the host's RAM budget
     MISSING_FACTS = "missing_facts"  # a figure the rule needs is unknown (the device pool)
+
+
+class RolloutState(StrEnum):
+    """Where a fleet rollout stands (:mod:`bot.fleet`); ``done``, ``stopped``, ``refused`` and
+    ``cancelled`` are final."""
+
+    PROPOSED = "proposed"  # planned on every replica, waiting for an Apply
+    RUNNING = "running"
+    DONE = "done"  # every replica changed
+    STOPPED = "stopped"  # a replica failed: the rest were left as they were
+    REFUSED = "refused"  # a plan did not fit: nothing was touched
+    CANCELLED = "cancelled"  # withdrawn, expired or void before it started
+
+
+FINAL_ROLLOUT_STATES: frozenset[RolloutState] = frozenset(
+    {RolloutState.DONE, RolloutState.STOPPED, RolloutState.REFUSED, RolloutState.CANCELLED}
+)
+
+
+class ReplicaPhase(StrEnum):
+    """Where one replica of a rollout stands."""
+
+    WAITING = "waiting"  # not touched yet
+    REMOVING = "removing"  # being taken out of the router
+    DRAINING = "draining"  # out of the router, finishing the requests it runs
+    RESIZING = "resizing"  # its agent restarts it on the new config
+    ADDING = "adding"  # back in the router, waiting to be reported healthy
+    DONE = "done"  # changed, back in the router and healthy
+    ROLLED_BACK = "rolled_back"  # the new config failed; back on its old one
+    FAILED = "failed"  # it did not come back at all
+    UNCHANGED = "unchanged"  # the rollout stopped before it

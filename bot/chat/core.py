@@ -62,7 +62,7 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     Hosts: read_commands.hosts,
     Resize: change_commands.resize,
     Apply: fleet_commands.apply,  # a fleet's proposal starts its rollout; others go to the host
-    Cancel: change_commands.cancel,
+    Cancel: fleet_commands.cancel,  # a fleet's proposal ends its rollout; others go to the host
     Restart: change_commands.restart,
     Rollback: change_commands.rollback,
     History: read_commands.history,

@@ -21,6 +21,7 @@ from bot.chat import change_commands
 from bot.chat.config import HostSettings
 from bot.chat.grammar import (
     Apply,
+    Cancel,
     FleetResize,
     FleetRestart,
     FleetResume,
@@ -30,6 +31,7 @@ from bot.chat.grammar import (
 from bot.chat.handler_context import Context
 from bot.chat.policy import Action, Actor, ProposalState, ProposalTerms, RefusalKind
 from bot.chat.replies import (
+    CancelledReply,
     FleetAnswer,
     FleetProposalReply,
     FleetRefusalReply,
@@ -44,13 +46,18 @@ from bot.errors import AgentError, FleetBusy, NotFound
 from bot.fleet.config import FleetSettings
 from bot.fleet.desk import FleetDesk, RolloutSink, view_of
 from bot.fleet.plan import FleetChange, FleetRefusal
-from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
+from bot.fleet.view import RolloutView
 from bot.store import RevisionOutcome, RolloutRecord, Store
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = [
     "apply",
     "attach_fleets",
+    "cancel",
     "fleet_resize",
     "fleet_restart",
     "fleet_resume",
@@ -152,13 +159,14 @@ def _terms(record: RolloutRecord, shown: ProposalTerms) -> ProposalTerms:
     Cancel settles), or once the rollout has started, settled by whoever started it."""
     if record.state is RolloutState.PROPOSED:
         return replace(shown, host=f"fleet {record.fleet}")
-    state = (
-        ProposalState.EXPIRED if record.state is RolloutState.CANCELLED else (ProposalState.APPLIED)
-    )
+    if record.state is RolloutState.CANCELLED:
+        # Withdrawn (the proposal says by whom) or expired (the store ended it on time).
+        state = ProposalState.EXPIRED if shown.state is ProposalState.OPEN else shown.state
+        return replace(shown, host=f"fleet {record.fleet}", state=state)
     return replace(
         shown,
         host=f"fleet {record.fleet}",
-        state=state,
+        state=ProposalState.APPLIED,
         settled_by=record.applied_by,
         settled_at=record.started_at,
     )
@@ -195,9 +203,9 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
             for line in record.replicas:
                 if line.proposal_id is not None:
                     ctx.audit.settle_expired(line.proposal_id)
-            if record.state is RolloutState.PROPOSED:
-                desk.store.save_rollout(record.id, RolloutState.CANCELLED, record.replicas,
-                                        f"{refusal.kind.value} before it was applied")  # fmt: skip
+            desk.store.cancel_rollout(
+                record.id, f"{refusal.kind.value} before it was applied", ctx.clock.now()
+            )
         return refused(ctx, refusal)
     try:
         started = desk.start(record.id, actor.id)
@@ -211,6 +219,28 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
         if line.proposal_id is not None:
             ctx.audit.claim_apply(line.proposal_id, actor.id, started.started_at or ctx.clock.now())
     return RolloutReply(view_of(started))
+
+
+def cancel(ctx: Context, actor: Actor, command: Cancel) -> Reply:
+    """``cancel <id>``: a fleet's proposal ends its rollout cancelled, with every replica's
+    proposal; any other goes to the host."""
+    if ctx.fleets is None:
+        return change_commands.cancel(ctx, actor, command)
+    store = ctx.fleets.store
+    record = store.rollout_by_proposal(command.proposal_id)
+    if record is None:
+        return change_commands.cancel(ctx, actor, command)
+    shown = _shown_id(record)
+    terms = _terms(record, ctx.audit.proposal(shown))
+    refusal = ctx.policy.check_cancel(actor, terms)
+    if refusal is not None:
+        return refused(ctx, refusal)
+    now = ctx.clock.now()
+    for line in record.replicas:
+        if line.proposal_id is not None:
+            ctx.audit.cancel(line.proposal_id, actor.id, now)
+    store.cancel_rollout(record.id, f"cancelled by {actor.id}", now)
+    return CancelledReply(shown, actor.id)
 
 
 def _direct(ctx: Context, actor: Actor, name: str, change: FleetChange, action: Action) -> Reply:

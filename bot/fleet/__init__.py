@@ -1,24 +1,27 @@
 """Fleets: SGLang replicas behind SGLang's router, resized one by one with no dropped request.
 
 :func:`load_fleets` reads ``[fleets.NAME]``; :class:`RouterClient` drives the router whichever
-worker API it speaks; :func:`plan_fleet` plans every replica before any is touched;
-:class:`RolloutRunner` takes each replica out, drains it, resizes it through its agent and puts
-it back; :class:`FleetDesk` records rollouts in the store, runs them and resumes them after a
-bot restart; :class:`RolloutView` is what a front end shows.
+worker API it speaks and reads its circuit breakers (:class:`Breaker`); :func:`plan_fleet` plans
+every replica before any is touched; :class:`RolloutRunner` waits until the other replicas can
+take a replica's traffic, takes it out, drains it, resizes it through its agent and puts it back;
+:class:`FleetDesk` records rollouts in the store, runs them and resumes them after a bot restart;
+:class:`RolloutView` is what a front end shows.
 """
 
 from __future__ import annotations
 
 from bot.errors import FleetBusy, FleetError, RouterError, RouterUnsupported
+from bot.fleet.breakers import Breaker, breaker_states
 from bot.fleet.config import FleetSettings, load_fleets
 from bot.fleet.desk import FleetDesk, RolloutSink, RolloutStore, StoreRolloutLog, view_of
 from bot.fleet.drain import DrainResult, LoadProbe, ReplicaLoad, wait_idle
 from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import RolloutLog, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker
-from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet.view import ReplicaView, RolloutView
 
 __all__ = [
+    "Breaker",
     "DrainResult",
     "FleetBusy",
     "FleetChange",
@@ -30,12 +33,10 @@ __all__ = [
     "LoadProbe",
     "ReplicaAgent",
     "ReplicaLoad",
-    "ReplicaPhase",
     "ReplicaView",
     "RolloutLog",
     "RolloutRunner",
     "RolloutSink",
-    "RolloutState",
     "RolloutStore",
     "RolloutView",
     "RouterApi",
@@ -45,6 +46,7 @@ __all__ = [
     "RouterUnsupported",
     "RouterWorker",
     "StoreRolloutLog",
+    "breaker_states",
     "load_fleets",
     "plan_fleet",
     "view_of",

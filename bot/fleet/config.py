@@ -7,6 +7,8 @@
     hosts = ["kimi-01", "kimi-02", "kimi-03"]  # [hosts.*] sections, each an agent
     max_unavailable = 1                     # replicas out of the router at once
     drain_timeout_s = 600                   # then SGLang's own SIGTERM drain is the backstop
+    router_metrics = "http://10.0.0.5:29000/metrics"  # its --prometheus-port (this default)
+    breaker_timeout_s = 300                 # the other replicas' breakers must close by then
 
 Each host's agent reports its server's URL as the router reaches it (``[agent] router_url``,
 by default its ``server_url``) in ``/v1/status``, so the fleet needs no URL list. The older
@@ -35,6 +37,8 @@ _KEYS = (
     "poll_interval_s",
     "healthy_timeout_s",
     "replica_urls",
+    "router_metrics",
+    "breaker_timeout_s",
 )
 
 
@@ -53,6 +57,12 @@ class FleetSettings:
     poll_interval_s: float = 1.0
     #: How long a replica added back may take to be reported healthy by the router.
     healthy_timeout_s: float = 300.0
+    #: The router's Prometheus export, where its circuit breakers show; None: the router's
+    #: host on port 29000, every generation's default.
+    router_metrics: str | None = None
+    #: Before a replica goes out, every other one must be healthy with its breaker closed in
+    #: the router; the rollout stops when that takes longer than this.
+    breaker_timeout_s: float = 300.0
 
     def url(self, host: str, reported: str | None = None) -> str | None:
         """``host``'s server as the router reaches it: ``replica_urls`` when it names it, else
@@ -93,6 +103,9 @@ def _fleet(name: str, table: object, host_names: Collection[str]) -> FleetSettin
     stray = sorted(set(raw_urls) - set(hosts))
     if stray:
         raise ConfigError(f"{where} replica_urls names {stray[0]!r}, which is not in hosts")
+    metrics = section.optional_text("router_metrics")
+    if metrics is not None:
+        metrics = _http_url(f"{where} router_metrics", metrics)
     max_unavailable = section.integer("max_unavailable", 1, minimum=1)
     if max_unavailable > len(hosts):
         raise ConfigError(
@@ -109,6 +122,8 @@ def _fleet(name: str, table: object, host_names: Collection[str]) -> FleetSettin
         drain_polls=section.integer("drain_polls", 3, minimum=1),
         poll_interval_s=section.number("poll_interval_s", 1.0, minimum=0.01),
         healthy_timeout_s=section.number("healthy_timeout_s", 300.0, minimum=1.0),
+        router_metrics=metrics,
+        breaker_timeout_s=section.number("breaker_timeout_s", 300.0, minimum=0.0),
     )
 
 

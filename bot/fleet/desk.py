@@ -30,9 +30,13 @@ from bot.fleet.drain import LoadProbe, ReplicaLoad
 from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
 from bot.fleet.rollout import EVENT_WAIT_S, RolloutRunner, RouterSeam
 from bot.fleet.router import RouterClient
-from bot.fleet.view import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet.view import ReplicaView, RolloutView
 from bot.store.records import RolloutRecord, RolloutReplicaRecord
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = ["FleetDesk", "RolloutSink", "RolloutStore", "StoreRolloutLog", "view_of"]
 
@@ -75,6 +79,10 @@ class RolloutStore(Protocol):
 
     def unfinished_rollouts(self) -> list[RolloutRecord]: ...
 
+    def expire_rollouts(self, now: datetime) -> list[RolloutRecord]: ...
+
+    def cancel_rollout(self, rollout_id: int, reason: str, at: datetime) -> RolloutRecord: ...
+
     def last_rollout(self, fleet: str) -> RolloutRecord | None: ...
 
     def rollout_by_proposal(self, proposal_id: int) -> RolloutRecord | None: ...
@@ -96,6 +104,11 @@ class ClosingRouter(RouterSeam, Protocol):
     """The router client a runner uses, closed when its rollout ends."""
 
     def close(self) -> None: ...
+
+
+def router_of(fleet: FleetSettings) -> RouterClient:
+    """The client of ``fleet``'s router, its Prometheus export included."""
+    return RouterClient(fleet.router, metrics_url=fleet.router_metrics)
 
 
 def view_of(record: RolloutRecord) -> RolloutView:
@@ -146,7 +159,7 @@ class FleetDesk:
         agents: Mapping[str, ReplicaAgent],
         sink: RolloutSink,
         clock: Clock,
-        router: Callable[[str], ClosingRouter] = RouterClient,
+        router: Callable[[FleetSettings], ClosingRouter] = router_of,
         probe: LoadProbe | None = None,
         event_wait_s: float = EVENT_WAIT_S,
     ) -> None:
@@ -183,7 +196,9 @@ class FleetDesk:
         channel: str,
         expires_at: datetime,
     ) -> RolloutRecord:
-        """Record a planned rollout that waits for an Apply."""
+        """Record a planned rollout that waits for an Apply (and end, as expired, those whose
+        Apply window closed meanwhile)."""
+        self.store.expire_rollouts(self.clock.now())
         return self._record(name, change, replicas, proposed_by, channel, RolloutState.PROPOSED,
                             expires_at=expires_at)  # fmt: skip
 
@@ -263,7 +278,9 @@ class FleetDesk:
 
     def resume(self, name: str | None = None) -> list[RolloutRecord]:
         """Carry on every rollout the store holds as running (of fleet ``name`` only, when
-        given) that no runner of this desk carries already."""
+        given) that no runner of this desk carries already; proposals whose Apply window closed
+        while no bot ran end expired."""
+        self.store.expire_rollouts(self.clock.now())
         found = []
         for record in self.store.unfinished_rollouts():
             if (name is None or record.fleet == name) and record.fleet in self.fleets:
@@ -289,7 +306,7 @@ class FleetDesk:
                     self.sink.replica_ended(new, line.host)
                 seen[line.host] = line.phase
 
-        router = self._router(fleet.router)
+        router = self._router(fleet)
         runner = RolloutRunner(
             fleet,
             change_of(record),
@@ -300,6 +317,7 @@ class FleetDesk:
             StoreRolloutLog(self.store, self.clock),
             on_view,
             event_wait_s=self._event_wait_s,
+            since=record.started_at or record.created_at,
         )
 
         def run() -> None:

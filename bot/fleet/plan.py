@@ -40,6 +40,8 @@ class ReplicaAgent(Protocol):
 
     def events(self, operation_id: int, after: int = 0, wait_s: float = 0.0) -> OperationPage: ...
 
+    def operations(self, limit: int = 20) -> tuple[AgentOperation, ...]: ...
+
 
 @dataclass(frozen=True)
 class FleetChange:

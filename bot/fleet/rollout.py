@@ -17,17 +17,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Protocol
 
 from bot.agent_json import AgentOperation
 from bot.clock import Clock
 from bot.errors import AgentError, RouterError
+from bot.fleet._ready import not_ready
+from bot.fleet._resume import started_operation
+from bot.fleet.breakers import Breaker
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, wait_idle
 from bot.fleet.plan import FleetChange, ReplicaAgent
-from bot.fleet.router import RouterWorker
-from bot.fleet.view import ReplicaPhase, RolloutState, RolloutView
-from bot.vocab import OperationState
+from bot.fleet.router import RouterApi, RouterWorker
+from bot.fleet.view import RolloutView
+from bot.vocab import (
+    OperationState,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = ["RolloutLog", "RolloutRunner", "RouterSeam"]
 
@@ -37,10 +45,22 @@ EVENT_WAIT_S = 20.0
 REMOVAL_TIMEOUT_S = 60.0
 
 
+#: The phases of a replica that the router should hold.
+_IN = frozenset(
+    {ReplicaPhase.WAITING, ReplicaPhase.DONE, ReplicaPhase.UNCHANGED, ReplicaPhase.ROLLED_BACK}
+)
+
+
 class RouterSeam(Protocol):
     """What the rollout asks of the router (:class:`bot.fleet.router.RouterClient`)."""
 
+    def api(self) -> RouterApi: ...
+
+    def workers(self) -> tuple[RouterWorker, ...]: ...
+
     def worker(self, url: str) -> RouterWorker | None: ...
+
+    def breakers(self) -> Mapping[str, Breaker] | None: ...
 
     def add(self, url: str) -> None: ...
 
@@ -75,6 +95,7 @@ class RolloutRunner:
         log: RolloutLog,
         on_view: Callable[[RolloutView], None] = lambda view: None,
         event_wait_s: float = EVENT_WAIT_S,
+        since: datetime | None = None,
     ) -> None:
         self.fleet = fleet
         self.change = change
@@ -85,6 +106,8 @@ class RolloutRunner:
         self.log = log
         self.on_view = on_view
         self.event_wait_s = event_wait_s
+        #: When the rollout started: a replica's operation is no older (less the clock skew).
+        self.since = since
         self._halted = threading.Event()
         self._lock = threading.Lock()
         self._view: RolloutView | None = None
@@ -165,14 +188,81 @@ class RolloutRunner:
         started = self.clock.monotonic()
         phase = self._phase(host)
         operation_id = self._view.replica(host).operation_id if self._view else None
+        if phase is ReplicaPhase.RESIZING and operation_id is None:
+            # The bot stopped between asking the agent and saving its answer: the agent may
+            # have started the change already, and a second submit would restart it again.
+            operation_id = self._started_at_agent(host)
+            if operation_id is not None:
+                self._set(host, operation_id=operation_id)
         if phase is ReplicaPhase.RESIZING and operation_id is not None:
             operation = self._follow(host, operation_id)  # a restarted bot picks it up
         elif phase is ReplicaPhase.ADDING:
             operation = None  # the change is made; put it back
         else:
+            self._wait_for_others(host, url)
+            started = self.clock.monotonic()  # out of the router from here
             self._take_out(host, url)
             operation = self._change(host)
         self._put_back(host, url, operation, started)
+
+    def _wait_for_others(self, host: str, url: str) -> None:
+        """Until every other worker the router holds is healthy with its breaker closed: taking
+        ``host`` out while the others' breakers are open leaves the router nothing to send to."""
+        started = self.clock.monotonic()
+        shown = self._view.replica(host).detail if self._view else None
+        while True:
+            self._check_halt()
+            try:
+                workers = self.router.workers()
+                breakers, note = self._breakers()
+            except RouterError as exc:
+                self._set(host, detail=f"not taken out: {exc}")
+                raise _Stop(f"{host} could not be taken out of the router: {exc}") from exc
+            waiting = not_ready(workers, breakers, url, self._in_router(host))
+            if not waiting:
+                if note != shown:
+                    self._set(host, detail=note)
+                return
+            names = ", ".join(f"{self._host_of(w.url)} ({w.why})" for w in waiting)
+            waited = self.clock.monotonic() - started
+            if waited >= self.fleet.breaker_timeout_s:
+                why = (
+                    f"after {self.fleet.breaker_timeout_s:g} s the router still had {names}; "
+                    "taking it out would leave the router too little to send to (a breaker "
+                    "closes only once requests reach its replica again)"
+                )
+                self._set(host, detail=f"not taken out: {why}")
+                raise _Stop(f"{host} was not taken out of the router: {why}")
+            detail = f"waiting for {names} in the router"
+            if note is not None:
+                detail = f"{detail}; {note}"
+            if detail != shown:
+                self._set(host, detail=detail)
+                shown = detail
+            self.clock.sleep(min(self.fleet.poll_interval_s, 0.5))
+
+    def _breakers(self) -> tuple[Mapping[str, Breaker] | None, str | None]:
+        """The router's breakers, and what to say when it shows none (its health view only)."""
+        try:
+            found = self.router.breakers()
+        except RouterError as exc:
+            return None, f"no breaker state ({exc}): checked the router's health view only"
+        if found is None:
+            return None, (
+                f"router {self.router.api().value} shows no circuit breakers: checked its "
+                "health view only"
+            )
+        return found, None
+
+    def _in_router(self, host: str) -> tuple[str, ...]:
+        """The other replicas' URLs that should be in the router: all but those this rollout
+        has out (and a failed one, which stops it anyway)."""
+        assert self._view is not None
+        return tuple(r.url for r in self._view.replicas if r.host != host and r.phase in _IN)
+
+    def _host_of(self, url: str) -> str:
+        assert self._view is not None
+        return next((r.host for r in self._view.replicas if r.url == url.rstrip("/")), url)
 
     def _take_out(self, host: str, url: str) -> None:
         self._set(host, phase=ReplicaPhase.REMOVING)
@@ -195,16 +285,19 @@ class RolloutRunner:
         self._check_halt()
         if not drained.idle:
             running = "an unknown number of" if drained.busy is None else str(drained.busy)
-            self._set(
-                host,
-                detail=f"drain timeout {self.fleet.drain_timeout_s:g} s reached with {running} "
-                "requests running; SGLang's own SIGTERM drain finishes them",
+            timeout = (
+                f"drain timeout {self.fleet.drain_timeout_s:g} s reached with {running} "
+                "requests running; SGLang's own SIGTERM drain finishes them"
             )
+            note = self._view.replica(host).detail if self._view else None
+            self._set(host, detail=timeout if note is None else f"{timeout}; {note}")
 
     def _change(self, host: str) -> AgentOperation:
         agent = self.agents[host]
         change = self.change
-        self._set(host, phase=ReplicaPhase.RESIZING)
+        # The phase saved first is the intent: a bot stopped before the answer is saved finds
+        # the operation at the agent on resume (a retried replica's old one is cleared here).
+        self._set(host, phase=ReplicaPhase.RESIZING, operation_id=None)
         try:
             # Planned again on fresh facts: the plan made before the rollout is a gate, and the
             # agent refuses a fingerprint older than its facts.
@@ -226,6 +319,18 @@ class RolloutRunner:
             raise _Stop(f"{host}'s agent did not start the change: {exc}") from exc
         self._set(host, operation_id=operation.id)
         return self._follow(host, operation.id)
+
+    def _started_at_agent(self, host: str) -> int | None:
+        """The operation this rollout asked ``host``'s agent for, when the agent has one: the
+        newest of the rollout's kind by its actor since it started."""
+        try:
+            return started_operation(self.agents[host], self.change.kind, self._actor, self.since)
+        except AgentError as exc:
+            self._set(host, detail=f"not resumed: {exc}")
+            raise _Stop(
+                f"{host}'s agent could not say whether it started the change ({exc}); "
+                "resume once it answers"
+            ) from exc
 
     @property
     def _actor(self) -> str:

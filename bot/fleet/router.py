@@ -17,6 +17,9 @@ with an id that is not a UUID tells them apart (0.3.x: 400 "expected UUID"; 0.2.
 the three tells its own version over HTTP, so a router that answers neither is refused with
 what it answered. Adding and removing are idempotent, and 0.2.x/0.3.x queue them: the caller
 waits on :meth:`RouterClient.worker` for the change to show.
+
+:meth:`RouterClient.breakers` reads the circuit breakers from the router's Prometheus export
+(:mod:`bot.fleet.breakers`), which 0.2.x and 0.3.x serve on a port of their own; 0.1.x has none.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from urllib.parse import quote
 import httpx
 
 from bot.errors import RouterError, RouterUnsupported
+from bot.fleet.breakers import Breaker, breaker_states
 
-__all__ = ["RouterApi", "RouterClient", "RouterWorker"]
+__all__ = ["RouterApi", "RouterClient", "RouterWorker", "default_metrics_url"]
 
 #: Seconds for an ordinary router call.
 DEFAULT_TIMEOUT_S = 15.0
@@ -39,6 +43,8 @@ DEFAULT_TIMEOUT_S = 15.0
 #: rollout adds a replica its agent already found ready, so this is a backstop.
 ADD_TIMEOUT_S = 120.0
 _PROBE_ID = "kimi-ops-probe"
+#: Every generation's default ``--prometheus-port``.
+DEFAULT_METRICS_PORT = 29000
 
 
 class RouterApi(StrEnum):
@@ -70,8 +76,10 @@ class RouterClient:
         base_url: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        metrics_url: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.metrics_url = metrics_url or default_metrics_url(self.base_url)
         self._http = httpx.Client(
             base_url=self.base_url, timeout=httpx.Timeout(timeout_s), transport=transport
         )
@@ -174,6 +182,24 @@ class RouterClient:
         else:
             self._json("DELETE", f"/workers/{found.id}")
 
+    def breakers(self) -> Mapping[str, Breaker] | None:
+        """Each worker's circuit breaker by URL, from the router's Prometheus export; None when
+        the router has no breakers (0.1.x). A RouterError when the export cannot be read."""
+        if self.api() is RouterApi.QUERY:
+            return None
+        try:
+            reply = self._http.get(self.metrics_url)
+        except httpx.HTTPError as exc:
+            raise RouterError(
+                f"the router's metrics at {self.metrics_url} cannot be read: {exc} "
+                "(set router_metrics to its --prometheus-host/--prometheus-port)"
+            ) from exc
+        if reply.status_code != 200:
+            raise RouterError(
+                f"the router's metrics at {self.metrics_url} answered {reply.status_code}"
+            )
+        return breaker_states(reply.text)
+
     # -- the seam ---------------------------------------------------------------------------
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -190,6 +216,14 @@ class RouterClient:
                 f"{reply.text.strip()[:300]}"
             )
         return _body(reply)
+
+
+def default_metrics_url(router_url: str) -> str:
+    """Where a router exports Prometheus unless told otherwise: its host, port 29000."""
+    host = httpx.URL(router_url).host
+    if ":" in host:  # an IPv6 address goes in brackets
+        host = f"[{host}]"
+    return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"
 
 
 def _body(reply: httpx.Response) -> Mapping[str, Any]:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bot.store.records import FINAL_ROLLOUT_STATES, ReplicaPhase, RolloutState
 from bot.store.records import RolloutReplicaRecord as ReplicaView
+from bot.vocab import FINAL_ROLLOUT_STATES, ReplicaPhase, RolloutState
 
 __all__ = [
     "ReplicaFacts",
-    "ReplicaPhase",
     "ReplicaView",
-    "RolloutState",
     "RolloutView",
     "replica_facts",
 ]

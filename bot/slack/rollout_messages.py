@@ -24,14 +24,13 @@ from bot.chat.replies import (
 )
 from bot.chat.wording import hhmm
 from bot.fleet.view import (
-    ReplicaPhase,
     ReplicaView,
-    RolloutState,
     RolloutView,
     replica_facts,
 )
 from bot.slack._blocks import SlackMessage, actions, button, context, message, section
 from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION
+from bot.vocab import ReplicaPhase, RolloutState
 
 __all__ = [
     "fleet_proposal",

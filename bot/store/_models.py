@@ -31,7 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from bot.store._types import UTCDateTime
-from bot.store.records import ReplicaPhase, RevisionOutcome, RolloutState
+from bot.store.records import RevisionOutcome
+from bot.vocab import ReplicaPhase, RolloutState
 
 __all__ = [
     "NAMING_CONVENTION",

@@ -20,13 +20,15 @@ from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._models import CHANNEL, HOST, TS, USER, RolloutReplicaRow, RolloutRow
 from bot.store.records import (
-    FINAL_ROLLOUT_STATES,
-    ReplicaPhase,
     RolloutRecord,
     RolloutReplicaRecord,
+)
+from bot.vocab import (
+    FINAL_ROLLOUT_STATES,
+    OperationKind,
+    ReplicaPhase,
     RolloutState,
 )
-from bot.vocab import OperationKind
 
 __all__ = ["RolloutsMixin"]
 
@@ -190,12 +192,56 @@ class RolloutsMixin(StoreBase):
         """Move a proposed rollout to running for ``applied_by`` (one caller wins); the record as
         it stands afterwards, whoever started it."""
         who, when = v.text("applier", applied_by, USER), v.instant("at", at)
-        with self._write("start a rollout") as session:
+        return self._leave_proposed(
+            rollout_id, "start a rollout", RolloutState.RUNNING, applied_by=who, started_at=when
+        )
+
+    def cancel_rollout(self, rollout_id: int, reason: str, at: datetime) -> RolloutRecord:
+        """End a proposed rollout cancelled, saying why ("cancelled by U1", "expired ..."); one
+        already started or ended is left as it stands. The record as it stands afterwards."""
+        why, when = v.free_text("rollout reason", reason), v.instant("at", at)
+        return self._leave_proposed(
+            rollout_id, "cancel a proposed rollout", RolloutState.CANCELLED, reason=why,
+            ended_at=when,
+        )  # fmt: skip
+
+    def _leave_proposed(
+        self, rollout_id: int, doing: str, state: RolloutState, **values: object
+    ) -> RolloutRecord:
+        """One write: a rollout still proposed takes ``state`` and ``values``; any other is left
+        as it stands (of two callers, the first wins and the second reads what it did)."""
+        with self._write(doing) as session:
             row = _get(session, rollout_id)
             if row.state == RolloutState.PROPOSED.value:
-                row.state, row.applied_by, row.started_at = RolloutState.RUNNING.value, who, when
+                row.state = state.value
+                for name, value in values.items():
+                    setattr(row, name, value)
                 session.flush()
             return _record(session, row)
+
+    def expire_rollouts(self, now: datetime) -> list[RolloutRecord]:
+        """End cancelled every proposed rollout whose Apply window closed by ``now`` (the reason
+        says it expired, and when); the rollouts so ended, oldest first."""
+        when = v.instant("now", now)
+        query = (
+            select(RolloutRow)
+            .where(
+                RolloutRow.state == RolloutState.PROPOSED.value,
+                RolloutRow.expires_at.is_not(None),
+                RolloutRow.expires_at <= when,
+            )
+            .order_by(RolloutRow.id)
+        )
+        with self._write("expire proposed rollouts") as session:
+            ended = []
+            for row in session.scalars(query):
+                assert row.expires_at is not None
+                row.state = RolloutState.CANCELLED.value
+                row.reason = f"expired at {row.expires_at:%Y-%m-%d %H:%M} UTC before it was applied"
+                row.ended_at = when
+                ended.append(row)
+            session.flush()
+            return [_record(session, row) for row in ended]
 
     def set_rollout_message(self, rollout_id: int, channel: str, message_ts: str) -> None:
         """The message that shows the rollout (edited in place as it goes)."""

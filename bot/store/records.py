@@ -15,23 +15,27 @@ from typing import Any
 
 from bot.hicache import HiCacheSetting
 from bot.planner import Verdict
-from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
+from bot.vocab import (
+    EventPhase,
+    FailureKind,
+    OperationKind,
+    OperationState,
+    ReplicaPhase,
+    RolloutState,
+)
 
 __all__ = [
     "FINAL_OUTCOMES",
-    "FINAL_ROLLOUT_STATES",
     "CapacitySample",
     "OperationRecord",
     "PlanSummary",
     "ProposalRecord",
     "RefusalRecord",
-    "ReplicaPhase",
     "ReportSchedule",
     "RevisionOutcome",
     "RevisionRecord",
     "RolloutRecord",
     "RolloutReplicaRecord",
-    "RolloutState",
     "SchedulerLease",
     "StoredEvent",
 ]
@@ -226,37 +230,6 @@ class SchedulerLease:
     owner: str
     acquired_at: datetime
     heartbeat_at: datetime
-
-
-class RolloutState(StrEnum):
-    """Where a fleet rollout stands (:mod:`bot.fleet`); ``done``, ``stopped``, ``refused`` and
-    ``cancelled`` are final."""
-
-    PROPOSED = "proposed"  # planned on every replica, waiting for an Apply
-    RUNNING = "running"
-    DONE = "done"  # every replica changed
-    STOPPED = "stopped"  # a replica failed: the rest were left as they were
-    REFUSED = "refused"  # a plan did not fit: nothing was touched
-    CANCELLED = "cancelled"  # withdrawn, expired or void before it started
-
-
-FINAL_ROLLOUT_STATES: frozenset[RolloutState] = frozenset(
-    {RolloutState.DONE, RolloutState.STOPPED, RolloutState.REFUSED, RolloutState.CANCELLED}
-)
-
-
-class ReplicaPhase(StrEnum):
-    """Where one replica of a rollout stands."""
-
-    WAITING = "waiting"  # not touched yet
-    REMOVING = "removing"  # being taken out of the router
-    DRAINING = "draining"  # out of the router, finishing the requests it runs
-    RESIZING = "resizing"  # its agent restarts it on the new config
-    ADDING = "adding"  # back in the router, waiting to be reported healthy
-    DONE = "done"  # changed, back in the router and healthy
-    ROLLED_BACK = "rolled_back"  # the new config failed; back on its old one
-    FAILED = "failed"  # it did not come back at all
-    UNCHANGED = "unchanged"  # the rollout stopped before it
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,15 @@ from bot.chat.replies import (
 )
 from bot.chat.store_audit import StoreAudit
 from bot.errors import InputError
-from bot.fleet import RolloutState, load_fleets
+from bot.fleet import load_fleets
 from bot.settings import find_config_path, load_config
 from bot.store import Store, StoreSettings, upgrade_to_head
 from bot.terminal.front import TerminalFrontEnd
 from bot.terminal.wording import stopped_watching_line
-from bot.vocab import OperationState
+from bot.vocab import (
+    OperationState,
+    RolloutState,
+)
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "configure", "exit_code", "run"]
 

@@ -16,7 +16,8 @@ from bot.chat.replies import (
     RolloutReply,
 )
 from bot.chat.wording import hhmm
-from bot.fleet.view import ReplicaView, RolloutState, RolloutView, replica_facts
+from bot.fleet.view import ReplicaView, RolloutView, replica_facts
+from bot.vocab import RolloutState
 
 __all__ = ["fleet_reply_lines", "replica_end_line", "rollout_lines"]
 

@@ -51,6 +51,7 @@ class Fleet:
         return FleetSettings(
             name="prod",
             router=self.router.url,
+            router_metrics=self.router.metrics_url,
             # No replica_urls: each agent reports its server's URL (``[agent] router_url``
             # defaults to its server_url), as a fleet set up today is.
             hosts=tuple(r.host for r in self.replicas[:hosts]),
@@ -87,9 +88,10 @@ def fleet_of(
     count: int = 3,
     generate_s: float = 0.2,
     failing: dict[str, str] | None = None,
+    router_flags: tuple[str, ...] = (),
 ) -> Iterator[Fleet]:
     """``count`` replicas serving behind the router, brought up at once; ``failing`` maps a host
-    to its KIMI_SIM_FAIL."""
+    to its KIMI_SIM_FAIL, ``router_flags`` are more of the router's flags."""
     replicas: list[Replica] = []
     router: RunningRouter | None = None
     hosts = HOSTS[:count]
@@ -104,7 +106,7 @@ def fleet_of(
                     replicas.append(future.result())
             for future in futures:
                 future.result()  # the first failure, once every agent started is known
-        router = start_router(router_version, [r.server_url for r in replicas], root)
+        router = start_router(router_version, [r.server_url for r in replicas], root, router_flags)
         yield Fleet(replicas, router)
     finally:
         if router is not None:

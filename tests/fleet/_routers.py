@@ -54,10 +54,11 @@ def router_python(version: str) -> Path:
 
 @dataclass
 class RunningRouter:
-    """A router subprocess; ``url`` is its HTTP API."""
+    """A router subprocess; ``url`` is its HTTP API, ``metrics_url`` its Prometheus export."""
 
     version: str
     url: str
+    metrics_url: str
     process: subprocess.Popen[bytes]
     log: Path
 
@@ -71,20 +72,24 @@ class RunningRouter:
                 self.process.wait(timeout=10)
 
 
-def start_router(version: str, workers: list[str], folder: Path) -> RunningRouter:
+def start_router(
+    version: str, workers: list[str], folder: Path, extra: tuple[str, ...] = ()
+) -> RunningRouter:
     """``python -m sglang_router.launch_router`` on free ports, round robin over ``workers``
-    (each must answer ``/health`` already: 0.1.x waits for them before it listens)."""
+    (each must answer ``/health`` already: 0.1.x waits for them before it listens); ``extra``
+    are more of its flags."""
     python = router_python(version)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"router-{version}.log"
     args = [
         str(python), "-m", "sglang_router.launch_router",
         "--host", "127.0.0.1", "--port", str(port),
         # Each router exports Prometheus on 29000 unless told: two at once would collide.
-        "--prometheus-port", str(free_port()),
+        "--prometheus-port", str(metrics_port),
         "--policy", "round_robin",
         "--worker-startup-timeout-secs", "30",
+        *extra,
     ]  # fmt: skip
     if workers:
         args += ["--worker-urls", *workers]
@@ -97,7 +102,8 @@ def start_router(version: str, workers: list[str], folder: Path) -> RunningRoute
             pytest.fail(f"router {version} exited {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
             if httpx.get(f"{url}/liveness", timeout=2).status_code == 200:
-                return RunningRouter(version, url, process, log)
+                metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+                return RunningRouter(version, url, metrics_url, process, log)
         except httpx.HTTPError:
             pass
         time.sleep(0.1)

@@ -28,13 +28,15 @@ from bot.fleet import (
     FleetChange,
     FleetRefusal,
     FleetSettings,
-    ReplicaPhase,
-    RolloutState,
     RolloutView,
     RouterApi,
 )
 from bot.store import RevisionOutcome, Store
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 from tests.chat._core_fixtures import (
     RecordingFrontEnd,
     chat_settings,
@@ -181,9 +183,10 @@ def test_rollback_fleet_undoes_only_what_the_last_rollout_changed(tmp_path: Path
 
 
 def test_a_cancelled_fleet_proposal_cannot_be_applied(tmp_path: Path) -> None:
-    """Cancel on a fleet proposal (its shown number) settles it: a later apply is refused as
-    cancelled, the rollout stays unstarted and the agent runs nothing. One real agent on the
-    simulator; the router is never called before an apply, so its URL names nothing."""
+    """Cancel on a fleet proposal (its shown number) by someone who may not is refused and
+    changes nothing; by its proposer it ends the rollout cancelled with every replica's
+    proposal, a later apply is refused as cancelled and the agent runs nothing. One real agent
+    on the simulator; the router is never called before an apply, so its URL names nothing."""
     with agent_on_sim(tmp_path / "kimi-01", SimHost()) as agent:
         settings = chat_settings({"kimi-01": agent.url})
         fleet = FleetSettings("prod", "http://127.0.0.1:9", ("kimi-01",))
@@ -194,10 +197,20 @@ def test_a_cancelled_fleet_proposal_cannot_be_applied(tmp_path: Path) -> None:
             assert isinstance(proposal, FleetProposalReply), proposal
             with agent.http() as http:
                 before = http.get("/v1/operations").json()
+            assert isinstance(core.handle(f"cancel {proposal.id}", EVE), RefusalReply)
+            assert store.rollout(proposal.rollout.id).state is RolloutState.PROPOSED
             assert isinstance(core.handle(f"cancel {proposal.id}", BEN), CancelledReply)
+            cancelled = store.rollout(proposal.rollout.id)
+            assert cancelled.state is RolloutState.CANCELLED
+            assert cancelled.reason == "cancelled by ben"
+            assert cancelled.ended_at is not None
+            for line in cancelled.replicas:
+                assert line.proposal_id is not None
+                revision = store.revision(store.proposal(line.proposal_id).revision_id)
+                assert revision.outcome is RevisionOutcome.CANCELLED
             refused = core.handle(f"apply {proposal.id}", ANA)
             assert isinstance(refused, RefusalReply), refused
             assert "cancelled" in refused.text
-            assert store.rollout(proposal.rollout.id).state is RolloutState.PROPOSED
+            assert store.rollout(proposal.rollout.id) == cancelled
             with agent.http() as http:
                 assert http.get("/v1/operations").json() == before

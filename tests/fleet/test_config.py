@@ -45,6 +45,17 @@ def test_a_replica_url_comes_from_the_setting_or_else_from_its_agent() -> None:
     assert load_fleets({"fleets": {"prod": bare}}, HOSTS)["prod"].replica_urls == {}
 
 
+def test_the_router_s_metrics_and_breaker_timeout_are_read_or_defaulted() -> None:
+    """router_metrics and breaker_timeout_s are read when given; unset, the metrics URL is left
+    to the router's default port and the breakers get 300 s."""
+    fleet = load_fleets(
+        _fleet(router_metrics="http://10.0.0.5:9100/metrics", breaker_timeout_s=45), HOSTS
+    )["prod"]
+    assert (fleet.router_metrics, fleet.breaker_timeout_s) == ("http://10.0.0.5:9100/metrics", 45)
+    plain = load_fleets(_fleet(), HOSTS)["prod"]
+    assert (plain.router_metrics, plain.breaker_timeout_s) == (None, 300.0)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -58,6 +69,8 @@ def test_a_replica_url_comes_from_the_setting_or_else_from_its_agent() -> None:
         ({"replica_urls": {"kimi-09": URLS["kimi-01"]}}, "replica_urls names 'kimi-09', which"),
         ({"replica_urls": {"kimi-01": "10.0.0.11"}}, "replica_urls.kimi-01 '10.0.0.11' is not"),
         ({"drain": 5}, "unknown key 'drain' in [fleets.prod]"),
+        ({"router_metrics": "10.0.0.5:29000"}, "router_metrics '10.0.0.5:29000' is not an http"),
+        ({"breaker_timeout_s": -1}, "[fleets.prod] breaker_timeout_s must be at least 0"),
     ],
 )
 def test_a_bad_fleet_is_refused_naming_the_key(changes: dict[str, Any], message: str) -> None:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from bot.errors import RouterError, RouterUnsupported
+from bot.fleet.breakers import Breaker
 from bot.fleet.router import RouterApi, RouterClient, RouterWorker
 from tests.fleet._replicas import serving_sims
 from tests.fleet._routers import VERSIONS, start_router
@@ -30,7 +31,8 @@ def test_each_generation_is_detected_and_its_workers_removed_and_added(
     api: RouterApi, tmp_path: Path
 ) -> None:
     """Each pinned release is detected as its generation; a removed replica leaves the list and
-    gets no request; added back, it is listed healthy and serves again."""
+    gets no request; added back, it is listed healthy and serves again; the breakers read from
+    the router's Prometheus export are closed (0.1.x has none)."""
     with serving_sims(tmp_path, 2) as (first_sim, second_sim):
         first, second = first_sim.url, second_sim.url
         router = start_router(VERSIONS[api], [first, second], tmp_path)
@@ -57,6 +59,15 @@ def test_each_generation_is_detected_and_its_workers_removed_and_added(
                     httpx.post(f"{router.url}/generate", json={"text": "x"}, timeout=10)
                 assert second_sim.served() > served
                 assert [w.url.rstrip("/") for w in client.workers()].count(second) == 1
+            # Both served without a failure: their breakers read closed where there are any.
+            with RouterClient(router.url, metrics_url=router.metrics_url) as reader:
+                breakers = reader.breakers()
+            if api is RouterApi.QUERY:
+                assert breakers is None
+            else:
+                assert breakers is not None
+                assert {first, second} <= set(breakers), breakers
+                assert set(breakers.values()) == {Breaker.CLOSED}, breakers
         finally:
             router.stop()
 

@@ -14,9 +14,10 @@ from bot.chat.replies import (
     HostAnswer,
     RolloutReply,
 )
-from bot.fleet import FleetRefusal, ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet import FleetRefusal, ReplicaView, RolloutView
 from bot.slack import rollout_messages
 from bot.slack._blocks import SlackMessage
+from bot.vocab import ReplicaPhase, RolloutState
 
 __all__ = ["rollout_samples"]
 

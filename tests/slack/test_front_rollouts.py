@@ -7,12 +7,16 @@ from dataclasses import replace
 
 from slack_sdk import WebClient
 
-from bot.fleet import ReplicaPhase, ReplicaView, RolloutState, RolloutView, view_of
+from bot.fleet import ReplicaView, RolloutView, view_of
 from bot.slack import SlackFrontEnd
 from bot.slack._book import MessageBook
 from bot.store import Store
 from bot.testing import SlackApiStandIn
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 
 CHANNEL = "C0OPS"
 HOSTS = ("kimi-01", "kimi-02")

@@ -10,13 +10,15 @@ import pytest
 
 from bot.errors import InputError, NotFound
 from bot.store import (
-    ReplicaPhase,
     RolloutRecord,
     RolloutReplicaRecord,
-    RolloutState,
     Store,
 )
-from bot.vocab import OperationKind
+from bot.vocab import (
+    OperationKind,
+    ReplicaPhase,
+    RolloutState,
+)
 from tests.store.conftest import table_counts
 from tests.store.test_store import COMMAND, PLAN_48, SIZE_48
 
@@ -160,3 +162,38 @@ def test_a_replica_proposal_applied_by_a_rollout_is_not_an_unrecorded_apply(stor
         expires_at=datetime(2030, 1, 1, tzinfo=UTC), at=AT,
     )  # fmt: skip
     assert [p.id for p in store.applied_without_operation()] == [plain_proposal]
+
+
+def test_a_cancelled_proposal_ends_its_rollout_cancelled_once(store: Store) -> None:
+    """A proposed rollout cancelled ends cancelled with the reason and the time; cancelling a
+    started one changes nothing."""
+    record = _proposed(store)
+    later = datetime(2026, 11, 30, 14, 5, tzinfo=UTC)
+    cancelled = store.cancel_rollout(record.id, "cancelled by U0ANA", later)
+    assert (cancelled.state, cancelled.reason, cancelled.ended_at) == (
+        RolloutState.CANCELLED, "cancelled by U0ANA", later,
+    )  # fmt: skip
+    assert store.rollout(record.id) == cancelled
+    assert store.start_rollout(record.id, "U0ANA", later).state is RolloutState.CANCELLED
+    started = store.start_rollout(_proposed(store).id, "U0ANA", later)
+    assert store.cancel_rollout(started.id, "cancelled by U0BEN", later) == started
+    with pytest.raises(NotFound, match="there is no rollout #999"):
+        store.cancel_rollout(999, "cancelled by U0BEN", later)
+
+
+def test_proposed_rollouts_past_their_expiry_end_cancelled_as_expired(store: Store) -> None:
+    """Only proposed rollouts whose expires_at has passed end, saying they expired and when;
+    one still open, one started and one already cancelled are left as they are."""
+    due = _proposed(store)  # expires 2030-01-01 00:00
+    started = store.start_rollout(_proposed(store).id, "U0ANA", AT)
+    cancelled = store.cancel_rollout(_proposed(store).id, "cancelled by U0ANA", AT)
+    assert store.expire_rollouts(datetime(2029, 12, 31, 23, 59, tzinfo=UTC)) == []
+    now = datetime(2030, 1, 1, 0, 1, tzinfo=UTC)
+    ended = store.expire_rollouts(now)
+    assert [r.id for r in ended] == [due.id]
+    assert ended[0].state is RolloutState.CANCELLED
+    assert ended[0].reason == "expired at 2030-01-01 00:00 UTC before it was applied"
+    assert ended[0].ended_at == now
+    assert store.rollout(started.id) == started
+    assert store.rollout(cancelled.id) == cancelled
+    assert store.expire_rollouts(now) == []

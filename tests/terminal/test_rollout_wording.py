@@ -3,8 +3,9 @@ rollout which replicas changed and what to type next."""
 
 from __future__ import annotations
 
-from bot.fleet import ReplicaPhase, ReplicaView, RolloutState, RolloutView
+from bot.fleet import ReplicaView, RolloutView
 from bot.terminal.rollout_wording import replica_end_line, rollout_lines
+from bot.vocab import ReplicaPhase, RolloutState
 
 URL = "http://10.0.0.1:30000"
 
