@@ -38,13 +38,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+from _agent_stand_in import agent_stand_in
 from _report import BenchLine, median
 
 from bot.agent.config import agent_settings_from_config
@@ -152,39 +152,13 @@ def serve_stand_ins(root: Path, count: int, delay_s: float) -> None:
         _serve_until_closed(root, urls)
 
 
-@contextmanager
-def _stand_in(n: int, bodies: dict[str, Any], delay_s: float) -> Iterator[str]:
+def _stand_in(n: int, bodies: dict[str, Any], delay_s: float) -> AbstractContextManager[str]:
     status = {**bodies["status"], "host": {**bodies["status"]["host"], "name": f"kimi-{n:02d}"}}
     answers = {
         "/v1/status": json.dumps(status).encode(),
         "/v1/operations": json.dumps(bodies["operations"]).encode(),
     }
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # kept alive, as uvicorn keeps the bot's connections
-        disable_nagle_algorithm = True  # headers and body written apart must not wait 40 ms
-
-        def do_GET(self) -> None:
-            body = answers.get(self.path.split("?", 1)[0])
-            time.sleep(delay_s)
-            self.send_response(200 if body is not None else 404)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body or b"")))
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return agent_stand_in(answers, dict.fromkeys(answers, delay_s))
 
 
 def capture_bodies(url: str, root: Path) -> None:
