@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from _agent_stand_in import agent_stand_in
 from _report import BenchLine
 
 from bot.chat.agent_client import AgentClient
@@ -48,33 +47,12 @@ def _status(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@contextmanager
-def _stand_in(name: str, latency_s: float) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.startswith("/v1/status"):
-                time.sleep(latency_s)
-                body = _status(name)
-            else:
-                body = {"operations": []}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def _stand_in(name: str, latency_s: float) -> AbstractContextManager[str]:
+    answers = {
+        "/v1/status": json.dumps(_status(name)).encode(),
+        "/v1/operations": json.dumps({"operations": []}).encode(),
+    }
+    return agent_stand_in(answers, {"/v1/status": latency_s})
 
 
 def _time(names: list[str], clients: dict[str, AgentClient]) -> float:

@@ -4,8 +4,13 @@ start costs. Prints ONE JSON line:
 - ``ack_ms``: for ``/kimi status`` and ``/kimi resize ratio 4``, p50 and p99 of the time from
   sending a signed request to the app's HTTP answer (the ack), over ``--requests`` requests
   (200) at ``--concurrency`` (20), beside the floor: a bare Bolt app served the same way whose
-  listener only acks; ``*_vs_floor`` are the ratios. The app's work (agent calls, proposals
-  posted) runs meanwhile, against a real agent on the simulator.
+  listener only acks (Bolt's defaults); ``*_vs_floor`` are the ratios. ``floor_same_mode`` is
+  that bare app with ``process_before_response=True``, as the bot runs Bolt: what the mode
+  alone is worth. The app's work (agent calls, proposals recorded and posted) runs meanwhile,
+  against a real agent on the simulator. The requests are sent in ``--rounds`` (2) rounds,
+  each measuring the floors, then status, then resize, so a change of the machine's load
+  during the run weighs on all alike; after each of the bot's batches the bench waits until
+  every command of it has posted its reply, so no batch is acked beside the last one's work.
 - ``ready_to_final_update_ms``: the time from the simulator's ``The server is fired up and
   ready to roll!`` line reaching its log file (a tailer polls it every 2 ms) to the final
   ``chat.update`` reaching the Web API stand-in; median, p95 and max over ``--runs`` (20)
@@ -19,12 +24,14 @@ start costs. Prints ONE JSON line:
 Targets: each ack's p99 within 1.5x of bare Bolt's and under 100 ms; ready line -> final
 edit under 1 s (median). ``--quick``: 40 requests, 3 runs, the 15-minute start at scale 0.004.
 
-    .venv/bin/python bench/slack_ack.py [--requests N] [--concurrency C] [--runs R] [--quick]
+    .venv/bin/python bench/slack_ack.py [--requests N] [--concurrency C] [--rounds K]
+                                        [--runs R] [--quick] [--acks-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -159,9 +166,13 @@ def slack_bot(
 
 
 @contextmanager
-def bare_bolt(slack: SlackApiStandIn) -> Iterator[str]:
+def bare_bolt(slack: SlackApiStandIn, process_before_response: bool = False) -> Iterator[str]:
     """The floor: a Bolt app whose /kimi listener only acks, served the same way."""
-    app = App(client=WebClient(token=slack.bot_token, base_url=slack.url), signing_secret=SECRET)
+    app = App(
+        client=WebClient(token=slack.bot_token, base_url=slack.url),
+        signing_secret=SECRET,
+        process_before_response=process_before_response,
+    )
 
     @app.command("/kimi")
     def kimi(ack: Ack) -> None:
@@ -194,6 +205,36 @@ def _acks(url: str, slack: SlackApiStandIn, text: str, count: int, workers: int)
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(send, requests))
+
+
+def _ack_rounds(
+    urls: dict[str, str], slack: SlackApiStandIn, requests: int, workers: int, rounds: int
+) -> dict[str, list[float]]:
+    """Ack times (ms) of the floors and of the bot's status and resize, ``requests`` each,
+    sent in ``rounds`` rounds; each of the bot's batches waits for its replies to be posted."""
+    bot_verbs = (("status", "status"), ("resize", "resize ratio 4"))
+    floors = [name for name in urls if name != "bot"]
+    for name in floors:
+        _acks(urls[name], slack, "status", workers, workers)  # warm up
+    _settled(slack, functools.partial(_acks, urls["bot"], slack, "status", workers, workers))
+    found: dict[str, list[float]] = {name: [] for name in [*floors, *(v for v, _ in bot_verbs)]}
+    per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
+    for count in per_round:
+        for name in floors:
+            found[name] += _acks(urls[name], slack, "status", count, workers)
+        for verb, text in bot_verbs:
+            batch = functools.partial(_acks, urls["bot"], slack, text, count, workers)
+            found[verb] += _settled(slack, batch)
+    return found
+
+
+def _settled(slack: SlackApiStandIn, send: Callable[[], list[float]]) -> list[float]:
+    """``send`` a batch of commands to the bot, then wait until each has posted its reply in
+    the channel (status and proposals go there), so the next batch meets an idle bot."""
+    before = len(slack.calls("chat.postMessage"))
+    acked = send()
+    _wait(lambda: len(slack.calls("chat.postMessage")) >= before + len(acked), 300)
+    return acked
 
 
 def _p(values: list[float], q: float) -> float:
@@ -295,36 +336,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--quick", action="store_true", help="40 requests, 3 runs, scale 0.004")
+    parser.add_argument("--acks-only", action="store_true", help="the ack figures alone")
     args = parser.parse_args()
     if args.quick:
         args.requests, args.runs, args.scale = 40, 3, 0.004
+    if args.rounds < 1 or args.requests < args.rounds:
+        parser.error("--rounds must be at least 1 and --requests at least --rounds")
     line = BenchLine("slack_ack")
     line.figures.update(requests=args.requests, concurrency=args.concurrency)
     with tempfile.TemporaryDirectory(prefix="kimi-ops-slack-bench-") as tmp:
         root = Path(tmp)
-        with SlackApiStandIn() as slack, agent_on_sim(root / "acks", 0.002) as agent:
-            with bare_bolt(slack) as floor_url:
-                _acks(floor_url, slack, "status", 20, args.concurrency)  # warm up
-                floor = _acks(floor_url, slack, "status", args.requests, args.concurrency)
-            with slack_bot(root / "acks", slack, _settings(agent)) as (url, _store):
-                _acks(url, slack, "help", 20, args.concurrency)  # warm up
-                ours = {
-                    verb: _acks(url, slack, text, args.requests, args.concurrency)
-                    for verb, text in (("status", "status"), ("resize", "resize ratio 4"))
-                }
+        with (
+            SlackApiStandIn() as slack,
+            agent_on_sim(root / "acks", 0.002) as agent,
+            bare_bolt(slack) as floor_url,
+            bare_bolt(slack, process_before_response=True) as same_mode_url,
+            slack_bot(root / "acks", slack, _settings(agent)) as (url, _store),
+        ):
+            acks = _ack_rounds(
+                {"floor": floor_url, "floor_same_mode": same_mode_url, "bot": url},
+                slack, args.requests, args.concurrency, args.rounds,
+            )  # fmt: skip
+        floor = acks.pop("floor")
         floor_p99 = _p(floor, 0.99)
         line.figures["ack_ms"] = {
-            "floor": {"p50": _p(floor, 0.5), "p99": floor_p99},
-            **{verb: {"p50": _p(v, 0.5), "p99": _p(v, 0.99)} for verb, v in ours.items()},
-        }
-        for verb, values in ours.items():
+            verb: {"p50": _p(v, 0.5), "p99": _p(v, 0.99)} for verb, v in acks.items()
+        } | {"floor": {"p50": _p(floor, 0.5), "p99": floor_p99}}
+        line.figures["rounds"] = args.rounds
+        for verb in ("status", "resize"):
+            values = acks[verb]
             line.figures[f"{verb}_p50_vs_floor"] = round(_p(values, 0.5) / _p(floor, 0.5), 2)
             line.check(f"ack of /kimi {verb}, p99 / bare Bolt's p99", _p(values, 0.99) / floor_p99,
                        at_most=ACK_VS_FLOOR, unit="x")  # fmt: skip
             line.check(f"ack of /kimi {verb}, p99", _p(values, 0.99), below=ACK_MS, unit="ms")
+        if args.acks_only:
+            line.emit()
+            return
         latencies = ready_to_update(root / "ready", args.runs)
         to_update = [whole for whole, _ in latencies]
         line.figures["ready_to_final_update_ms"] = {

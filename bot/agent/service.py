@@ -50,14 +50,14 @@ def make_control(
     raise ConfigError(f"[agent] backend is {settings.backend!r}; expected one of: process, systemd")
 
 
-def make_probe(settings: AgentSettings) -> HostProbe:
+def make_probe(settings: AgentSettings, clock: Clock | None = None) -> HostProbe:
     """The probe ``[agent] probe`` names: "host" (this machine) or "sim" (the simulator's host)."""
     if settings.probe == "host":
-        return SystemProbe()
+        return SystemProbe(clock=clock)
     if settings.probe == "sim":
         from bot.agent.host.sim import SimProbe  # the simulator is only needed here
 
-        return SimProbe.from_settings(settings)
+        return SimProbe.from_settings(settings, clock)
     raise ConfigError(f"[agent] probe is {settings.probe!r}; expected one of: host, sim")
 
 
@@ -171,7 +171,7 @@ def build_service(
     keyword replaces the part the settings would make. ``write_hook`` is given to the control
     and the state the root makes (``bot.agent.write_hook``: a test's kill in mid-write)."""
     used_clock = clock if clock is not None else SystemClock()
-    used_probe = probe if probe is not None else make_probe(settings)
+    used_probe = probe if probe is not None else make_probe(settings, used_clock)
     used_control = (
         control if control is not None else make_control(settings, used_clock, write_hook)
     )

@@ -48,7 +48,14 @@ from bot.store import AgentRevision, read_revisions
 from bot.tls import short_fingerprint
 from bot.vocab import OperationKind
 
-__all__ = ["DEFAULT_TIMEOUT_S", "LONG_POLL_MARGIN_S", "AgentClient", "connect", "revisions_source"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "KEEPALIVE_S",
+    "LONG_POLL_MARGIN_S",
+    "AgentClient",
+    "connect",
+    "revisions_source",
+]
 
 #: Seconds to connect, send and read an ordinary answer (status reads NVML and psutil: ~1 s).
 DEFAULT_TIMEOUT_S = 15.0
@@ -56,6 +63,11 @@ DEFAULT_TIMEOUT_S = 15.0
 LONG_POLL_MARGIN_S = 15.0
 #: The agent holds a long-poll at most this long (``bot.agent.api.MAX_WAIT_S``).
 MAX_WAIT_S = 60.0
+#: An idle connection to an agent is reused for at most this long. The agent's uvicorn closes a
+#: connection idle for 5 s (its ``timeout_keep_alive``); httpx's own default is also 5 s, so a
+#: request could go out on a connection the agent was closing that instant and fail with
+#: "connection reset by peer" (a report over 50 hosts did, asking again after 5 s).
+KEEPALIVE_S = 2.0
 
 _T = TypeVar("_T")
 
@@ -80,6 +92,9 @@ class AgentClient:
             base_url=base_url,
             headers={"Authorization": f"Bearer {token.reveal()}"},
             timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(
+                max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_S
+            ),
             transport=transport,
             verify=client_context(tls or TlsPolicy(), f"[hosts.{self.host}]"),
         )

@@ -1,5 +1,12 @@
 """The Bolt app: its Web API client (with retry handlers) and the listeners, wired to a
 :class:`~bot.slack.dispatch.Dispatch`. Listeners ack at once and hand over; nothing else.
+
+The app runs its listeners with ``process_before_response=True``: Bolt then calls a listener in
+the request's own thread and answers Slack as soon as it returns. Bolt's default instead hands
+each listener to a pool of five threads and polls every 10 ms for the ack, so twenty requests at
+once queued behind five threads and waited for the poll; our listeners only ack and queue the
+command (:meth:`~bot.slack.dispatch.Dispatch.command` never blocks), so answering after them is
+answering at the ack. Nothing that may block (the store, an agent, Slack) may run in a listener.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ def build_app(client: WebClient, dispatch: Dispatch, signing_secret: Secret | No
         client=client,
         signing_secret=None if signing_secret is None else signing_secret.reveal(),
         request_verification_enabled=signing_secret is not None,
+        process_before_response=True,
     )
 
     @app.command(SLASH_COMMAND)

@@ -29,7 +29,7 @@ RUN_TIMEOUT_S = 540
 EXPECTED: dict[str, tuple[tuple[str, ...], set[int]]] = {
     "agent_follow": (("ready_latency_ms_median", "follow_log_mb_per_s", "follow_cpu_percent",
                       "follow_rss_mb", "follow_rss_start_mb", "follow_rss_end_mb"), {4}),
-    "fanout": (("seconds", "repeat", "agents"), {3}),
+    "fanout": (("seconds", "seconds_stand_in", "stand_in_delay_s", "repeat", "agents"), {6}),
     "fleet_rollout": (("rollout_s", "rollout_ok", "rollout_failed"), {1}),
     "guard": (("line_to_tree_gone_ms", "runs", "poll_interval_s"), {1}),
     "parse_throughput": (("mb_per_s", "grep_c_mb_per_s", "rss_growth_mb"), {1}),

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
-from bot.chat.agent_client import AgentClient
+from bot.chat.agent_client import KEEPALIVE_S, AgentClient
 from bot.errors import (
     AgentAuthError,
     AgentBusy,
@@ -200,3 +201,11 @@ def test_the_long_poll_sends_after_and_a_bounded_wait() -> None:
     assert seen[0].headers["authorization"] == "Bearer t"
     assert page.events[-1].phase is EventPhase.READY
     assert page.operation.state is OperationState.READY
+
+
+def test_an_idle_connection_is_dropped_before_the_agents_server_closes_it() -> None:
+    """The client reuses an idle connection for less time than the agent's uvicorn keeps one
+    open (its default ``timeout_keep_alive``, which the agent does not change), so no request
+    goes out on a connection the agent is closing."""
+    agent_keeps_s = uvicorn.Config("bot.agent.http.app:create_app").timeout_keep_alive
+    assert agent_keeps_s > KEEPALIVE_S

@@ -13,6 +13,7 @@ from bot.errors import RamProbeError
 
 __all__ = [
     "STRAY_PREFIXES",
+    "members_rss",
     "process_info",
     "process_tree_pids",
     "process_tree_rss",
@@ -35,8 +36,13 @@ def process_tree_pids(pid: int) -> set[int]:
 
 def process_tree_rss(pid: int) -> int:
     """Resident bytes of ``pid`` and every descendant; 0 when the process is gone."""
+    return members_rss(process_tree_pids(pid))
+
+
+def members_rss(members: Iterable[int]) -> int:
+    """Resident bytes of the ``members`` still alive (a tree's, found earlier)."""
     total = 0
-    for member in process_tree_pids(pid):
+    for member in members:
         try:
             total += int(psutil.Process(member).memory_info().rss)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.agent.host import _process_table
+from bot.agent.host._tree_cache import TreeMembers
 from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts
+from bot.clock import Clock, SystemClock
 from bot.sim import HostProfile, HostSnapshot, load_profile, read_host_state, state_dir_for
 
 if TYPE_CHECKING:
@@ -26,27 +28,33 @@ __all__ = ["SimProbe"]
 
 
 class SimProbe:
-    """``HostProbe`` over the simulator's host ``profile`` and its state directory."""
+    """``HostProbe`` over the simulator's host ``profile`` and its state directory; a server's
+    tree members are scanned at most once per ``TREE_TTL_S`` of ``clock``, as
+    :class:`~bot.agent.host.system.SystemProbe` does."""
 
     def __init__(
         self,
         profile: HostProfile,
         state_dir: Path,
         now: Callable[[], float] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.profile = profile
         self.state_dir = state_dir
         self._now = now
+        self._trees = TreeMembers(
+            _process_table.process_tree_pids, (clock or SystemClock()).monotonic
+        )
 
     @classmethod
-    def from_settings(cls, settings: AgentSettings) -> SimProbe:
+    def from_settings(cls, settings: AgentSettings, clock: Clock | None = None) -> SimProbe:
         """The profile of ``[agent] sim_profile``; the state dir of ``sim_state_dir``, else the
         one the simulator itself derives from the server's environment."""
         profile = load_profile(settings.sim_profile)
         environ = dict(settings.env)
         if settings.sim_state_dir is not None:
             environ["KIMI_SIM_STATE_DIR"] = str(settings.sim_state_dir)
-        return cls(profile, state_dir_for(profile, environ))
+        return cls(profile, state_dir_for(profile, environ), clock=clock)
 
     def _snapshot(self) -> HostSnapshot:
         return read_host_state(
@@ -76,7 +84,7 @@ class SimProbe:
     def process_tree_rss(self, pid: int) -> int:
         """Host bytes the simulator records for ``pid`` or any of its descendants (a launcher
         may sit between the agent and the simulator); 0 when none is a live simulated server."""
-        tree = _process_table.process_tree_pids(pid) or {pid}
+        tree = self._trees.members(pid) or {pid}
         return sum(s.host_bytes for s in self._snapshot().servers if s.pid in tree)
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:

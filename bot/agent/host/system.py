@@ -6,8 +6,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bot.agent.host import _memory, _process_table
+from bot.agent.host._tree_cache import TreeMembers
 from bot.agent.host.nvml import NvmlLibrary, NvmlUnavailable, PynvmlLibrary
 from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts
+from bot.clock import Clock, SystemClock
 
 __all__ = ["SystemProbe"]
 
@@ -16,6 +18,8 @@ class SystemProbe:
     """The real host: psutil for RAM and processes, cgroup v2 files, NVML for GPUs.
 
     NVML is initialised once, on the first ``gpus()`` call. Paths are injectable for tests.
+    The members of the server's process tree are scanned at most once per
+    :data:`~bot.agent.host._tree_cache.TREE_TTL_S` of ``clock`` (their RSS is read every call).
     """
 
     def __init__(
@@ -23,11 +27,15 @@ class SystemProbe:
         nvml: NvmlLibrary | None = None,
         proc_self_cgroup: Path = Path("/proc/self/cgroup"),
         cgroup_root: Path = Path("/sys/fs/cgroup"),
+        clock: Clock | None = None,
     ) -> None:
         self._nvml: NvmlLibrary = nvml if nvml is not None else PynvmlLibrary()
         self._proc_self_cgroup = proc_self_cgroup
         self._cgroup_root = cgroup_root
         self._nvml_state: str | None = None  # None: not tried; "": ready; else the reason
+        self._trees = TreeMembers(
+            _process_table.process_tree_pids, (clock or SystemClock()).monotonic
+        )
 
     def ram(self) -> RamFacts:
         total, available = _memory.ram_totals()
@@ -62,7 +70,7 @@ class SystemProbe:
         return cmdline[0] if cmdline and cmdline[0].startswith("sglang::") else name
 
     def process_tree_rss(self, pid: int) -> int:
-        return _process_table.process_tree_rss(pid)
+        return _process_table.members_rss(self._trees.members(pid))
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
         return [
