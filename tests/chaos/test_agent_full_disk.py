@@ -14,9 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from bot.vocab import OperationState
-from tests.chaos._agent_rig import RATIO_2, AgentRig, agent_rig, replace_flag
-
-__all__ = ["agent_rig"]
+from tests.chaos._agent_rig import RATIO_2, AgentRig, replace_flag
 
 # Real processes throughout: minutes under a load of 15 on 2 cores, still bounded.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -26,9 +26,7 @@ import pytest
 
 from bot.sim import load_profile, read_host_state
 from bot.vocab import EventPhase, FailureKind, OperationState
-from tests.chaos._agent_rig import BASE_FLAGS, PROFILE, AgentRig, agent_rig
-
-__all__ = ["agent_rig"]
+from tests.chaos._agent_rig import BASE_FLAGS, PROFILE, AgentRig
 
 # Real processes throughout: minutes under a load of 15 on 2 cores, still bounded.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
