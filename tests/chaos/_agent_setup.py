@@ -55,6 +55,7 @@ def build_agent_rig(
         **agent,
     }
     extra = dict(sim_env or {})
+    tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, TOKEN_ENV: TOKEN}
     if backend == "process":
         config = write_config(tmp, profile=PROFILE, time_scale=TIME_SCALE, hicache=tuple(flags),

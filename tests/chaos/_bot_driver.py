@@ -20,7 +20,6 @@ from bot.store import Store
 from bot.testing import SlackApiStandIn, SlackRequestSigner, StoredMessage
 from tests.chaos._bot_link import AgentLink
 from tests.chaos._bot_process import BotProcess
-from tests.chat.conftest import TOKEN
 from tests.slack._harness import (
     BEN,
     CHANNEL,
@@ -107,7 +106,9 @@ class BotDriver:
     def agent_http(self) -> httpx.Client:
         """Straight to the agent, not through the link."""
         return httpx.Client(
-            base_url=self.agent_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+            base_url=self.agent_url,
+            headers={"Authorization": f"Bearer {self.bot.agent_token}"},
+            timeout=30,
         )
 
     def agent_operations(self) -> list[dict[str, Any]]:

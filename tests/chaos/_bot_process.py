@@ -53,6 +53,7 @@ class BotProcess:
     port: int
     slack: SlackApiStandIn
     log: Path
+    agent_token: str = TOKEN  # what the agent takes, passed in the bot's environment
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -66,7 +67,7 @@ class BotProcess:
             "SLACK_BOT_TOKEN": self.slack.bot_token,
             "SLACK_SIGNING_SECRET": SIGNING_SECRET,
             "KIMI_SLACK_API_URL": self.slack.url,
-            TOKEN_ENV: TOKEN,
+            TOKEN_ENV: self.agent_token,
         }
         argv = ["--http", "--port", str(self.port), "--listen", "127.0.0.1"]
         offset = self.log.stat().st_size if self.log.exists() else 0
