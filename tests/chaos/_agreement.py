@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from bot.db import make_engine
-from bot.store import RevisionOutcome
-from bot.vocab import FINAL_OPERATION_STATES, OperationState
+from bot.store import RevisionOutcome, RevisionRecord
+from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationState
 from tests.chaos._bot_driver import BotDriver
 from tests.chaos._bot_process import HOST, store_url
 from tests.slack._harness import CHANNEL, text_of, top_level, wait_until
@@ -24,12 +24,20 @@ FINAL_WORDS = {
     OperationState.ROLLED_BACK: "*ROLLED BACK*",
     OperationState.FAILED: "*FAILED*",
 }
-#: The revision of an operation the bot started, by how the operation ended.
+#: The revision of an operation the bot started, by how the operation ended, when the agent
+#: did not roll back (bot/store/from_agent.py's rule, written out here).
 _REVISION_OUTCOMES = {
     OperationState.READY: RevisionOutcome.READY,
-    OperationState.ROLLED_BACK: RevisionOutcome.FAILED,
     OperationState.FAILED: RevisionOutcome.FAILED,
 }
+#: When the agent rolled back (a 'rolling_back' event), the operation's revision is rolled back
+#: and a revision ``rollback_of`` it records the rollback's own start: ready when the operation
+#: ended rolled back, failed when the rollback's start failed too.
+_ROLLBACK_OUTCOMES = {
+    OperationState.ROLLED_BACK: RevisionOutcome.READY,
+    OperationState.FAILED: RevisionOutcome.FAILED,
+}
+_ROLLBACKS_OF = "SELECT outcome FROM revisions WHERE rollback_of = :revision"
 # Rows that must be one of a kind: (what, SQL counting the keys held more than once).
 _DOUBLES = (
     ("operation", "SELECT host, agent_operation_id FROM operations "
@@ -56,11 +64,11 @@ def check_agreement(rig: BotDriver, refusals: int = 0) -> list[dict[str, Any]]:
         timeout=60,
         what="the store to record every operation's end",
     )
-    for operation in operations:
-        _check_operation(rig, operation["id"])
     engine = make_engine(store_url(rig.root))
     try:
         with engine.connect() as connection:
+            for operation in operations:
+                _check_operation(rig, connection, operation["id"])
             for what, query in _DOUBLES:
                 doubled = connection.execute(text(query)).all()
                 assert not doubled, f"{what} rows held twice: {doubled}"
@@ -79,7 +87,7 @@ def _settled(rig: BotDriver, agent_id: int) -> bool:
     return record is not None and record.finished_at is not None
 
 
-def _check_operation(rig: BotDriver, agent_id: int) -> None:
+def _check_operation(rig: BotDriver, connection: Connection, agent_id: int) -> None:
     with rig.agent_http() as http:
         page = http.get(f"/v1/operations/{agent_id}", params={"after": 0}).json()
     state = OperationState(page["state"])
@@ -93,13 +101,29 @@ def _check_operation(rig: BotDriver, agent_id: int) -> None:
     stored = rig.store.operation_events(record.id)
     assert [(e.seq, e.phase.value) for e in stored] == [(e["seq"], e["phase"]) for e in events]
     if record.revision_id is not None:
-        revision = rig.store.revision(record.revision_id)
-        assert revision.outcome is _REVISION_OUTCOMES[state], (revision.outcome, state)
+        _check_revisions(connection, rig.store.revision(record.revision_id), state, events)
     assert record.channel == CHANNEL, record
     assert record.message_ts is not None, f"operation {agent_id} has no message"
     message = rig.slack.message(CHANNEL, record.message_ts)
     assert message is not None, f"operation {agent_id}'s message was never posted"
     assert FINAL_WORDS[state] in text_of(message), (state, text_of(message)[:600])
+
+
+def _check_revisions(
+    connection: Connection,
+    revision: RevisionRecord,
+    state: OperationState,
+    events: list[dict[str, Any]],
+) -> None:
+    """The operation's revision, and its rollback's if the agent rolled back, ended as the
+    operation did (:data:`_REVISION_OUTCOMES`, :data:`_ROLLBACK_OUTCOMES`)."""
+    rollbacks = connection.execute(text(_ROLLBACKS_OF), {"revision": revision.id}).scalars().all()
+    if not any(event["phase"] == EventPhase.ROLLING_BACK for event in events):
+        assert revision.outcome is _REVISION_OUTCOMES[state], (revision.outcome, state)
+        assert rollbacks == [], f"a rollback recorded for revision {revision.id}: {rollbacks}"
+        return
+    assert revision.outcome is RevisionOutcome.ROLLED_BACK, (revision.outcome, state)
+    assert rollbacks == [_ROLLBACK_OUTCOMES[state].value], (rollbacks, state)
 
 
 def _check_messages(rig: BotDriver) -> None:
