@@ -17,6 +17,7 @@ resize flips the server between ratio 2 and ratio 3.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -79,23 +80,26 @@ SYSTEMD_POINTS = _points(
 )
 
 
+@contextmanager
+def _shared_host(factory: pytest.TempPathFactory, backend: str) -> Iterator[HostBotRig]:
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        host_bot_rig(factory.mktemp(backend), monkeypatch, backend) as rig,
+    ):
+        yield rig
+
+
 @pytest.fixture(scope="module")
 def process_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostBotRig]:
     """The bot on a process-backend host serving ratio 2, shared by the module's scenarios."""
-    with (
-        pytest.MonkeyPatch.context() as monkeypatch,
-        host_bot_rig(tmp_path_factory.mktemp("process"), monkeypatch, "process") as rig,
-    ):
+    with _shared_host(tmp_path_factory, "process") as rig:
         yield rig
 
 
 @pytest.fixture(scope="module")
 def systemd_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostBotRig]:
     """The bot on a systemd-backend host (the stand-in systemctl) serving ratio 2, shared."""
-    with (
-        pytest.MonkeyPatch.context() as monkeypatch,
-        host_bot_rig(tmp_path_factory.mktemp("systemd"), monkeypatch, "systemd") as rig,
-    ):
+    with _shared_host(tmp_path_factory, "systemd") as rig:
         yield rig
 
 
