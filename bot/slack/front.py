@@ -171,7 +171,7 @@ class SlackFrontEnd:
             if not origin.user:  # a scheduled report's: no one to tell but the log
                 log.warning("proposal #%s not posted in %s: %s", reply.id, channel, _error(exc))
                 return
-            self._private(origin, messages.post_failed(channel, _error(exc)))
+            self._private(origin, _post_failed(channel, exc))
             return
         self._book.attach_proposal(reply.id, posted)
         if reply.plan.fits:
@@ -202,7 +202,7 @@ class SlackFrontEnd:
         except SlackApiError as exc:
             if not origin.user:
                 raise  # a scheduled report's: post() logs it
-            self._private(origin, messages.post_failed(origin.channel, _error(exc)))
+            self._private(origin, _post_failed(origin.channel, exc))
             return
         for view in reply.hosts:
             chart = view.chart
@@ -266,7 +266,7 @@ class SlackFrontEnd:
             for page in pages[1:]:
                 self._post(origin.channel, page, thread_ts=first)
         except SlackApiError as exc:
-            self._private(origin, messages.post_failed(origin.channel, _error(exc)))
+            self._private(origin, _post_failed(origin.channel, exc))
 
     def _private(self, origin: Origin, message: SlackMessage) -> None:
         if origin.response_url:
@@ -394,3 +394,9 @@ class SlackFrontEnd:
 
 def _error(exc: SlackApiError) -> str:
     return str(exc.response.get("error", "error")) if exc.response is not None else str(exc)
+
+
+def _post_failed(channel: str, exc: SlackApiError) -> SlackMessage:
+    """The sender's line for a post Slack refused, chosen by its error code and HTTP status."""
+    status = exc.response.status_code if exc.response is not None else 0
+    return messages.post_failed(channel, _error(exc), status)

@@ -45,6 +45,7 @@ from bot.vocab import EventPhase, OperationState
 
 __all__ = [
     "HISTORY_PAGE_ROWS",
+    "NOT_A_MEMBER_ERRORS",
     "cancelled_line",
     "closed_proposal",
     "ephemeral",
@@ -431,8 +432,27 @@ def ephemeral(kind: str, text: str, usage: str | None = None) -> SlackMessage:
     return message(plain + (f" (usage: /kimi {usage})" if usage else ""), blocks)
 
 
-def post_failed(channel: str, error: str) -> SlackMessage:
-    return ephemeral(
-        "error",
-        f"could not post in <#{channel}> ({error}); invite the bot there (/invite @kimi-ops)",
-    )
+#: Slack's errors for a channel the bot may not post in: the one case an invite fixes.
+NOT_A_MEMBER_ERRORS = frozenset({"not_in_channel", "channel_not_found"})
+
+
+def post_failed(channel: str, error: str, status: int) -> SlackMessage:
+    """Why a message was not posted in ``channel``, from Slack's ``error`` code and HTTP
+    ``status``: only a channel the bot is not in asks for an invite; a rate limit or a fault on
+    Slack's side says so, as inviting the bot would not help."""
+    where = f"could not post in <#{channel}>"
+    if error in NOT_A_MEMBER_ERRORS:
+        text = f"{where} ({error}); invite the bot there (/invite @kimi-ops)"
+    elif status == 429 or error == "ratelimited":
+        text = (
+            f"{where}: Slack is rate limiting the bot (HTTP 429, {error}) and kept refusing "
+            "after its retries; nothing was posted, try again in a minute"
+        )
+    elif status >= 500:
+        text = (
+            f"{where}: Slack failed on its side (HTTP {status}, {error}); nothing was posted, "
+            "try again in a minute"
+        )
+    else:
+        text = f"{where}: Slack refused the message (HTTP {status}, {error}); nothing was posted"
+    return ephemeral("error", text)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 from slack_bolt import App
 
+from bot.chat.adoption import adopt_abandoned
 from bot.chat.agent_client import revisions_source
 from bot.chat.config import ChatSettings
 from bot.chat.core import ChatCore, build_core
@@ -45,9 +46,10 @@ DEFAULT_WORKERS = 8
 
 @dataclass
 class SlackBot:
-    """A bot's parts; :meth:`start` resumes the watches and closes expired proposals every
-    ``sweep_s``; :meth:`start_scheduler` starts the report scheduler; :meth:`close` stops all
-    three (operations go on at their agents)."""
+    """A bot's parts; :meth:`start` resumes the watches, and every ``sweep_s`` closes expired
+    proposals and watches the operations of applies that lost their agent's answer
+    (:mod:`bot.chat.adoption`); :meth:`start_scheduler` starts the report scheduler;
+    :meth:`close` stops all three (operations go on at their agents)."""
 
     app: App
     core: ChatCore
@@ -85,6 +87,12 @@ class SlackBot:
                 self.sweep.run()
             except Exception:  # a store error must not end the sweeps
                 log.exception("closing expired proposals failed")
+            try:
+                # An Apply whose answer was lost while its agent stayed silent past the apply's
+                # patience is watched once the agent answers, without a restart of the bot.
+                adopt_abandoned(self.core.context)
+            except Exception:
+                log.exception("looking for applied proposals' operations failed")
 
     def close(self) -> None:
         if self.scheduler is not None:

@@ -2,21 +2,26 @@
 so a write past it fails with EFBIG as on a full disk) set on the running agent, then lifted.
 
 A mounted tmpfs would need root; the limit needs nothing and refuses the same writes. While it
-holds, a resize is refused with a clear error in the API answer and the agent's log, nothing is
-recorded or half-recorded, the server runs on as it was; once lifted, the same agent runs the
-resize to ready.
+holds, a resize applied from Slack is refused with a clear error, shown to the clicker and
+written in the agent's log; nothing is recorded or half-recorded at the agent or in the bot's
+store, the server runs on as it was; once lifted, the same agent runs the next proposal's resize
+to ready and its message ends READY.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from bot.store import RevisionOutcome
 from bot.vocab import OperationState
-from tests.chaos._agent_rig import RATIO_2, AgentRig, agent_rig, replace_flag
-
-__all__ = ["agent_rig"]
+from tests.chaos._agent_rig import RATIO_2, AgentRig, replace_flag
+from tests.chaos._agreement import check_agreement
+from tests.chaos._bot_driver import proposal_id
+from tests.chaos._host_bot import host_bot_rig
+from tests.slack._harness import ANA, BEN, wait_ephemeral
 
 # Real processes throughout: minutes under a load of 15 on 2 cores, still bounded.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -27,51 +32,62 @@ _LIMIT_BYTES = 4096
 
 
 def test_a_resize_on_a_full_disk_is_refused_clearly_and_changes_nothing(
-    agent_rig: Callable[..., AgentRig],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the state directory full, POST a resize: 503 naming the state file and the disk, the
-    same line in the agent's log, no operation or revision recorded, the config files and the
-    running server untouched, the state file intact; with room again the resize reaches ready."""
-    rig = agent_rig("process", RATIO_2)
-    old = rig.initial_argv
-    new = replace_flag(old, "--hicache-ratio", "3")
-    rig.start_server()
-    agent = rig.start_agent()
-    pid = rig.server_pid()
-    starts = rig.starts()
-    revisions = agent.http.get("/v1/revisions").json()["revisions"]
-    files = {path: path.read_bytes() for path in rig.config_files()}
+    """With the state directory full, Apply a resize from Slack: the clicker is told the
+    agent's 503 naming the state file and the disk, the same line is in the agent's log, no
+    operation or revision is recorded at the agent or the bot, the proposal is settled refused,
+    the config files and the running server untouched, the state file intact; with room again
+    the next proposal's resize reaches ready and store, agent and Slack agree."""
+    with host_bot_rig(tmp_path, monkeypatch, "process") as rig:
+        agent = rig.agent
+        old = rig.host.command_on_disk()
+        new = replace_flag(old, "--hicache-ratio", "3")
+        pid = rig.host.server_pid()
+        starts = rig.host.starts()
+        revisions = agent.http.get("/v1/revisions").json()["revisions"]
+        files = {path: path.read_bytes() for path in rig.host.config_files()}
+        rig.begin()
 
-    agent.limit_file_size(_LIMIT_BYTES)
-    response = agent.submit(kind="resize", ratio=3)
-    assert response.status_code == 503, response.text
-    detail = response.json()["detail"]
-    assert "agent.sqlite3" in detail, detail
-    assert "disk" in detail, detail
-    assert "[SQL:" not in detail, f"the statement is no help to the reader: {detail}"
+        posted = rig.propose(BEN, "resize ratio 3")
+        agent.limit_file_size(_LIMIT_BYTES)
+        told = wait_ephemeral(rig.slack, rig.click_apply(proposal_id(posted), ANA))
+        assert "(503)" in told, told
+        assert "agent.sqlite3" in told, told
+        assert "disk" in told, told
+        assert "[SQL:" not in told, f"the statement is no help to the reader: {told}"
+        detail = told.split("(503): ", 1)[1]
+        agent.wait_log(detail)
 
-    agent.wait_log(detail)
+        # Nothing changed: no operation, no revision, the files and the server as they were.
+        assert rig.agent_operations() == []
+        assert agent.http.get("/v1/revisions").json()["revisions"] == revisions
+        _unchanged(rig.host, files, pid, starts)
+        status = agent.status()
+        assert status["operation"] is None
+        assert status["server"]["health_code"] == 200
+        proposal = rig.store.proposal(proposal_id(posted))
+        assert rig.store.revision(proposal.revision_id).outcome is RevisionOutcome.REFUSED
+        assert check_agreement(rig) == []
 
-    # Nothing changed: no operation, no revision, the files and the server as they were.
-    assert agent.http.get("/v1/operations").json()["operations"] == []
-    assert agent.http.get("/v1/revisions").json()["revisions"] == revisions
-    assert {path: path.read_bytes() for path in rig.config_files()} == files
-    status = agent.status()
-    assert status["operation"] is None
-    assert status["server"]["pid"] == pid
-    assert status["server"]["health_code"] == 200
-    assert rig.starts() == starts
-    rig.check_files()
+        agent.limit_file_size(None)
+        posted = rig.propose(BEN, "resize ratio 3")
+        rig.click_apply(proposal_id(posted), ANA)
+        rig.wait_message(posted.ts, "*READY*", timeout_s=180)
+        (operation,) = check_agreement(rig)
+        assert operation["state"] == OperationState.READY
+        assert rig.host.starts() == starts + 1
+        rig.host.check(agent, operation["id"], known=(old, new))
+        assert rig.host.command_on_disk() == new
+        assert agent.stop() == 0
 
-    agent.limit_file_size(None)
-    response = agent.submit(kind="resize", ratio=3)
-    assert response.status_code == 202, response.text
-    op_id = response.json()["id"]
-    final, events = agent.follow(op_id)
-    assert final["state"] == OperationState.READY, events[-3:]
-    assert rig.starts() == starts + 1
-    rig.check(agent, op_id, known=(old, new))
-    assert agent.stop() == 0
+
+def _unchanged(host: AgentRig, files: dict[Path, bytes], pid: int | None, starts: int) -> None:
+    """The config files hold the same bytes, the same server runs, none started, state intact."""
+    assert {path: path.read_bytes() for path in host.config_files()} == files
+    assert host.server_pid() == pid
+    assert host.starts() == starts
+    host.check_files()
 
 
 @pytest.mark.long
@@ -92,7 +108,5 @@ def test_an_agent_started_on_a_full_disk_says_so_and_leaves_the_server_running(
     assert "agent.sqlite3" in log, log
     assert "the disk holding it is full" in log, log
     assert "Traceback" not in log, log
-    assert rig.server_pid() == pid
+    _unchanged(rig, files, pid, rig.starts())
     assert rig.server_info() is not None
-    assert {path: path.read_bytes() for path in rig.config_files()} == files
-    rig.check_files()

@@ -1,6 +1,8 @@
 """The agent unreachable mid-operation (the link between bot and agent cut): the operation's
 thread says the agent is not answering, and once the link is back the message catches up to
-the operation's end. The operation itself goes on at the agent throughout."""
+the operation's end. The operation itself goes on at the agent throughout. A link cut right
+after the agent accepted an Apply is caught up by the apply itself, or, past its patience, by
+the running bot's sweep (``bot.chat.adoption``)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,12 @@ import time
 
 import pytest
 
+from bot.chat.adoption import ABANDONED_AFTER
+from bot.chat.change_commands import RECORD_PATIENCE_S
+from bot.slack.service import DEFAULT_SWEEP_S
 from bot.vocab import FINAL_OPERATION_STATES, OperationState
 from tests.chaos._rig import ANA, CHANNEL, ChaosRig, check_agreement, proposal_id
-from tests.slack._harness import text_of, wait_until
+from tests.slack._harness import ephemerals, text_of, wait_until
 
 _UNREACHABLE = "agent unreachable since"
 
@@ -77,5 +82,35 @@ def test_a_link_cut_before_the_accept_is_heard_still_watches_the_operation(rig: 
     rig.link.cut()
     rig.link.restore()
     rig.wait_message(posted.ts, "*READY*")
+    (only,) = check_agreement(rig)
+    assert only["actor"] == ANA
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_an_apply_unheard_past_its_patience_is_watched_by_a_sweep(rig: ChaosRig) -> None:
+    """The link cut after the agent accepted an Apply and kept cut past the apply's patience:
+    the clicker is told the agent cannot be reached, and once the link is back the running
+    bot's sweep finds the operation and the proposal's message ends READY, with no restart of
+    the bot."""
+    posted = rig.propose()
+    rig.link.hold_answers_to(b"POST /v1/operations ")
+    clicked = rig.click_apply(proposal_id(posted), ANA)
+    assert rig.link.held.wait(30), "the Apply never reached the agent"
+    wait_until(lambda: len(rig.agent_operations()) == 1, what="the operation at the agent")
+    rig.link.cut()
+    cut_at = time.monotonic()
+    wait_until(
+        lambda: bool(ephemerals(rig.slack, clicked)),
+        timeout=RECORD_PATIENCE_S + 120,
+        what="the clicker to be told",
+    )
+    assert "cannot be reached" in ephemerals(rig.slack, clicked)[0]
+    # The outage is the fault itself: it outlasts the apply's patience, whatever happens.
+    time.sleep(max(0.0, ABANDONED_AFTER.total_seconds() + 5 - (time.monotonic() - cut_at)))
+    assert "*READY*" not in text_of(rig.slack.message(CHANNEL, posted.ts) or posted)
+    rig.link.restore()
+    rig.wait_message(posted.ts, "*READY*", timeout_s=DEFAULT_SWEEP_S + 120)
     (only,) = check_agreement(rig)
     assert only["actor"] == ANA

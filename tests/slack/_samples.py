@@ -283,7 +283,9 @@ SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
         "refused", "U0EVE may not apply proposals: only the people in [policy] appliers may"
     ),
     "error": lambda: messages.ephemeral("error", "the agent on kimi-01 did not answer"),
-    "post_failed": lambda: messages.post_failed("C0OPS", "not_in_channel"),
+    "post_failed": lambda: messages.post_failed("C0OPS", "not_in_channel", 200),
+    "post_failed_rate_limited": lambda: messages.post_failed("C0OPS", "ratelimited", 429),
+    "post_failed_slack_fault": lambda: messages.post_failed("C0OPS", "internal_error", 500),
     "report": lambda: report_messages.report(report_reply()),
     "report_scheduled_run": lambda: report_messages.report(report_reply(scheduled=True)),
     "report_scheduled": lambda: report_messages.report_scheduled(

@@ -128,17 +128,3 @@ def test_an_operation_on_the_host_voids_the_other_open_proposals(
     assert message is not None
     assert not _has_buttons(slack, ts)
     assert "is void: another operation started on kimi-01 at 10:02 UTC" in message.text
-
-
-def test_a_channel_that_refuses_the_post_is_told_to_the_sender(
-    slack: SlackApiStandIn, store: Store
-) -> None:
-    """When chat.postMessage fails (here: a 500), the sender gets an ephemeral
-    error naming the channel and the fix."""
-    slack.faults.fail_next("chat.postMessage", 1, status=500)
-    front = _front(slack, store)
-    url = slack.new_response_url()
-    front.answer(Origin(CHANNEL, "U0BEN", url))(Actor("U0BEN"), proposal_reply())
-    (post,) = slack.response_posts(url)
-    assert "could not post in <#C0OPS>" in post.body["text"]
-    assert "/invite @kimi-ops" in post.body["text"]
