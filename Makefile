@@ -7,6 +7,17 @@ STAMP  := $(VENV)/.kimi-ops-installed
 
 .PHONY: demo test test-long test-fast test-real lint bench clean
 
+# Python writes and reads its bytecode cache in every target: with PYTHONDONTWRITEBYTECODE set
+# (some CI images set it), each pytest worker compiles and assertion-rewrites every test module
+# again, 19 s of CPU per worker instead of 9 s, and every agent, simulator and bot process the
+# tests start compiles bot/ again.
+unexport PYTHONDONTWRITEBYTECODE
+
+# The tests mostly wait on subprocesses (agents, simulators, bots), so twice as many workers as
+# a 2-core machine's cores; tests handed out one at a time (--maxschedchunk 1), the slow ones
+# first (tests/conftest.py), so a long test never starts last.
+WORKERS := -n 4 --dist load --maxschedchunk 1
+
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -22,16 +33,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -n 2 --durations=15
+	$(BIN)/python -m pytest $(WORKERS) --durations=15
 
 # Everything make test runs, plus the tests marked long: every chaos seed and the long faults.
 test-long: lint
-	$(BIN)/python -m pytest -n 2 -m "not real_sglang" --durations=15
+	$(BIN)/python -m pytest $(WORKERS) -m "not real_sglang" --durations=15
 
 # The loop while editing: no real subprocesses, no simulated timings (those are marked slow),
 # and a tenth of each property test's examples (the Hypothesis profile in tests/conftest.py).
+# Its -m replaces the one in pyproject.toml's addopts, so it leaves out the long tests itself.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not real_sglang" --hypothesis-profile=fast -n 2
+	$(BIN)/python -m pytest -m "not slow and not long and not real_sglang" \
+		--hypothesis-profile=fast -n 2
 
 # Against a real SGLang 0.5.23 on CPU: builds (once, outside .venv) the side virtualenv and the
 # tiny model, then runs only the tests marked real_sglang, one at a time (they share the server).

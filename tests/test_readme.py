@@ -206,6 +206,7 @@ def test_the_readme_marks_its_examples_runnable() -> None:
     assert {b.language for b in _RUNNABLE} <= {"sh", "console"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", _RUNNABLE, ids=lambda b: f"README.md:{b.line}")
 def test_a_runnable_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     """The block's commands succeed (sh) or print what the README shows (console)."""

@@ -64,6 +64,7 @@ def test_a_malformed_point_stops_the_start_naming_the_variable(value: str, named
     assert named in str(caught.value)
 
 
+@pytest.mark.slow
 def test_the_armed_point_kills_the_process_the_nth_time_only() -> None:
     """A real process passes the point once (nothing happens), then a second time: SIGKILL."""
     script = (

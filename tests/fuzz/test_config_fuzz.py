@@ -26,6 +26,7 @@ from bot.reports import load_report_settings
 from bot.settings import MAX_SETTING, load_config
 from bot.slack import load_slack_settings
 from bot.store.config import StoreSettings
+from tests._examples import examples
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "kimi-ops.example.toml"
 ENVIRON = {"KIMI_AGENT_TOKEN": "fuzz-t0ken-1a2b3c", "KIMI_DB_PASSWORD": "fuzz-pw-4d5e"}
@@ -197,7 +198,7 @@ def test_the_example_loads_through_every_loader_unmutated(tmp_path: Path) -> Non
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -25,6 +25,7 @@ from bot.chat.grammar import (
     UsageError,
     parse,
 )
+from tests._examples import examples
 
 HOSTS = ("kimi-01", "kimi-02")
 CASES = 10_000
@@ -110,7 +111,11 @@ def test_ten_thousand_texts_are_each_a_command_or_a_clean_usage_error(text: str)
     _check(text)
 
 
-@settings(max_examples=CASES // 10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=examples(CASES // 10),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(_TEXTS)
 def test_a_thousand_texts_are_each_a_command_or_a_clean_usage_error(text: str) -> None:
     """The same property on 1,000 texts, in every make test (the 10,000 run is marked long: it
@@ -118,7 +123,7 @@ def test_a_thousand_texts_are_each_a_command_or_a_clean_usage_error(text: str) -
     _check(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.sampled_from(["resize ratio 4", "resize size 48", "status", "restart", "rollback 3"]),
     st.sampled_from([word for word in _HOSTILE if word.strip()]),  # not bare whitespace

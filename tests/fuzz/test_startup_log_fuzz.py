@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from bot.startup import (
     StartupReport,
     read_startup_report,
 )
+from tests._examples import examples
 
 LOGS = sorted((Path(__file__).parents[1] / "fixtures" / "sglang_logs").glob("*.log"))
 REAL = {path.name: path.read_bytes() for path in LOGS}
@@ -60,7 +62,7 @@ def _chunked(text: str, cuts: list[int]) -> list[str]:
     return [text[a:b] for a, b in itertools.pairwise(points)]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=4096), cuts=st.lists(st.integers(0, 4096), max_size=12))
 def test_random_bytes_never_raise(data: bytes, cuts: list[int]) -> None:
     """Random bytes, decoded as the agent decodes them and fed in random chunks, give events
@@ -69,7 +71,7 @@ def test_random_bytes_never_raise(data: bytes, cuts: list[int]) -> None:
     assert isinstance(report, StartupReport)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(REAL)),
     other=st.sampled_from(sorted(REAL)),
@@ -98,6 +100,7 @@ def test_real_logs_cut_and_spliced_at_random_points_never_raise(
     assert isinstance(report, StartupReport)
 
 
+@pytest.mark.slow
 def test_every_real_log_cut_at_every_line_reads_without_raising() -> None:
     """Each fixture log cut after each of its lines (a server killed there) parses, and its
     whole text parses to a report that saw at least one phase."""
@@ -146,6 +149,7 @@ def _peak_while_parsing(text: str) -> tuple[int, int]:
     return peak, count
 
 
+@pytest.mark.slow
 def test_five_mb_of_input_is_parsed_in_bounded_memory() -> None:
     """5 MB of real log lines cut and shuffled among random bytes parses with a tracemalloc
     peak under 4 MiB: the parser keeps no more than a line and the builder a few figures."""
@@ -155,6 +159,7 @@ def test_five_mb_of_input_is_parsed_in_bounded_memory() -> None:
     assert count > 1000  # the real lines were read, not skipped
 
 
+@pytest.mark.slow
 def test_a_five_mb_file_without_line_breaks_reads_in_bounded_memory(tmp_path: Path) -> None:
     """A 5 MB log of one endless line is read from disk in fixed chunks with a peak under the
     same figure, and gives a report rather than an error."""

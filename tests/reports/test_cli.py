@@ -54,6 +54,7 @@ def test_report_writes_the_hosts_chart_and_its_figures_as_json(
     assert (pixels.shape[1], pixels.shape[0]) == CHART_PX
 
 
+@pytest.mark.slow
 def test_an_unreachable_host_is_reported_and_exits_1(tmp_path: Path) -> None:
     """The text names the silent host; the exit status is 1."""
     config = _config(tmp_path, {"kimi-02": f"http://127.0.0.1:{free_port()}"})
@@ -62,6 +63,7 @@ def test_an_unreachable_host_is_reported_and_exits_1(tmp_path: Path) -> None:
     assert "kimi-02: agent unreachable" in done.stdout
 
 
+@pytest.mark.slow
 def test_png_without_a_host_is_a_usage_error_that_touches_nothing(tmp_path: Path) -> None:
     """--png needs --host: exit 2 with the reason, no database created, no file written."""
     config = _config(tmp_path, {"kimi-02": f"http://127.0.0.1:{free_port()}"})

@@ -153,6 +153,7 @@ def test_sigterm_during_startup_releases_state(
         (["--hicache-io-backend", "dma"], "0.5.23", "invalid choice: 'dma'"),
     ],
 )
+@pytest.mark.slow
 def test_bad_flags_exit_2_with_usage(
     run_sim: Callable[..., Sim],
     sim_env: dict[str, str],
@@ -169,6 +170,7 @@ def test_bad_flags_exit_2_with_usage(
     assert not Path(sim_env["KIMI_SIM_STATE_DIR"]).exists()
 
 
+@pytest.mark.slow
 def test_missing_model_path_exits_2(run_sim: Callable[..., Sim], sim_env: dict[str, str]) -> None:
     """--model-path is required, as in SGLang."""
     sim = run_sim(["--tp", "2"], sim_env)
@@ -176,6 +178,7 @@ def test_missing_model_path_exits_2(run_sim: Callable[..., Sim], sim_env: dict[s
     assert "the following arguments are required: --model-path" in sim.stderr()
 
 
+@pytest.mark.slow
 def test_hicache_with_disable_radix_cache_raises(
     run_sim: Callable[..., Sim], sim_env: dict[str, str]
 ) -> None:
@@ -191,6 +194,7 @@ def test_hicache_with_disable_radix_cache_raises(
     assert sim.stdout() == ""
 
 
+@pytest.mark.slow
 def test_tp_abbreviation_reaches_tp_size(
     run_sim: Callable[..., Sim], sim_env: dict[str, str]
 ) -> None:
@@ -201,6 +205,7 @@ def test_tp_abbreviation_reaches_tp_size(
     sim.terminate()
 
 
+@pytest.mark.slow
 def test_bad_environment_exits_2(run_sim: Callable[..., Sim], sim_env: dict[str, str]) -> None:
     """A bad KIMI_SIM_* value is named on stderr and nothing starts."""
     sim = run_sim(ARGS, dict(sim_env, KIMI_SIM_TIME_SCALE="warp"))

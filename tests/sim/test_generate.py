@@ -120,6 +120,7 @@ def test_sigterm_refuses_new_requests_and_finishes_those_running(
     assert "Gracefully exiting... Remaining number of requests 0." in sim.stdout()
 
 
+@pytest.mark.slow
 def test_a_negative_generate_duration_is_refused_by_name(
     run_sim: Callable[..., Sim], sim_env: dict[str, str]
 ) -> None:

@@ -4,6 +4,8 @@ requests to the real Bolt app on uvicorn, the Web API stand-in, a real agent on 
 
 from __future__ import annotations
 
+import pytest
+
 from bot.fleet import FleetSettings
 from bot.store import Store
 from bot.testing import SlackApiStandIn, SlackRequestSigner
@@ -23,6 +25,7 @@ from tests.slack._harness import (
 ROUTER = "http://127.0.0.1:9"
 
 
+@pytest.mark.slow
 def test_fleets_lists_the_configured_fleet_with_its_replica(
     kimi_agent: RunningAgent, slack: SlackApiStandIn, store: Store
 ) -> None:
@@ -40,6 +43,7 @@ def test_fleets_lists_the_configured_fleet_with_its_replica(
     assert "agent unreachable" not in answer  # the replica's own agent answered
 
 
+@pytest.mark.slow
 def test_without_fleets_the_bot_says_none_is_configured(
     kimi_agent: RunningAgent, slack: SlackApiStandIn, store: Store
 ) -> None:

@@ -73,6 +73,7 @@ def test_missing_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFi
     assert f"log file '{path}' does not exist" in captured.err
 
 
+@pytest.mark.slow
 def test_real_command_line() -> None:
     """`python -m bot startup-report --json` runs as a process and prints parseable JSON."""
     result = subprocess.run(

@@ -48,6 +48,7 @@ def test_a_bad_revision_exits_2_with_the_reason(
     assert "'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_installed_command_works_from_any_directory(tmp_path: Path) -> None:
     """`kimi-ops db upgrade` run from an unrelated directory creates ./kimi-ops.db there."""
     elsewhere = tmp_path / "elsewhere"

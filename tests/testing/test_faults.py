@@ -12,6 +12,7 @@ from slack_sdk.http_retry.builtin_handlers import (
     RateLimitErrorRetryHandler,
     ServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 
 from bot.errors import InputError
 from bot.testing import SlackApiStandIn
@@ -68,7 +69,13 @@ def test_server_error_retry_handler_retries_a_500(slack: SlackApiStandIn) -> Non
     client = WebClient(
         token=slack.bot_token,
         base_url=slack.url,
-        retry_handlers=[ServerErrorRetryHandler(max_retry_count=2)],
+        # The SDK's default backoff waits 0.5 s then 1 s (plus jitter) between the tries; what
+        # is checked here is that the 500s reach it, not how long it waits.
+        retry_handlers=[
+            ServerErrorRetryHandler(
+                max_retry_count=2, interval_calculator=FixedValueRetryIntervalCalculator(0.01)
+            )
+        ],
     )
     slack.faults.fail_next("chat.postMessage", 2, status=500)
     client.chat_postMessage(channel="C1", text="a")

@@ -6,9 +6,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from slack_sdk import WebClient
 
 
+@pytest.mark.slow
 def test_run_as_a_module_it_prints_its_base_url_and_answers_the_sdk() -> None:
     """It prints a 127.0.0.1 base URL first, answers chat.postMessage, and exits 0 on Ctrl-C."""
     process = subprocess.Popen(
