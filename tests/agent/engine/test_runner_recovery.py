@@ -112,8 +112,9 @@ def test_stall_is_reported_and_the_hard_ceiling_ends_it(backend_rig: Rigs) -> No
         env={"KIMI_SIM_FAIL": "stall:load_weights"},
         stall_after_s=0.5,
         # From the start's record: room for the interpreters to start on a loaded machine (the
-        # stand-in systemctl starts two) before the log begins, then the stall well before.
-        hard_ceiling_s=10,
+        # stand-in systemctl starts two; over 10 s at a load of 15-30) before the log begins,
+        # then the stall well before.
+        hard_ceiling_s=30,
     )
     manager = rig.manager()
     op = manager.submit("restart", actor="ana")
@@ -121,7 +122,7 @@ def test_stall_is_reported_and_the_hard_ceiling_ends_it(backend_rig: Rigs) -> No
     def stalled() -> bool:
         return manager.get(op.id).state == "stalled"
 
-    wait_until(stalled, timeout_s=60)
+    wait_until(stalled, timeout_s=90)
     final = wait_final(manager, op.id)
     events = manager.state.events(op.id)
     assert "stalled" in phases(events)
@@ -179,9 +180,10 @@ def test_a_stall_ends_when_the_log_moves_again(backend_rig: Rigs) -> None:
     rig = backend_rig(
         "--mem-fraction-static",  # HiCache off: no pin
         "0.7",
-        # 8 GB at 2 GB/s x 0.05 x 40 = 8 s silent
-        env={"KIMI_SIM_TIME_SCALE": "0.05", "KIMI_SIM_FAIL": "slow_pin:40"},
-        # 2 s plus the pin's expected ~4.4 s (8 GB x 60 s / 110 GB) < the 8 s pin; not less than
+        # 8 GB at 2 GB/s x 0.05 x 80 = 16 s silent: the stall is seen from about 6.4 s on, a
+        # window of nearly 10 s that a watcher starved on a loaded machine still lands in.
+        env={"KIMI_SIM_TIME_SCALE": "0.05", "KIMI_SIM_FAIL": "slow_pin:80"},
+        # 2 s plus the pin's expected ~4.4 s (8 GB x 60 s / 110 GB) < the 16 s pin; not less than
         # 2 s, so a slow interpreter start on a loaded machine is no stall before the first line.
         stall_after_s=2.0,
     )
@@ -192,9 +194,9 @@ def test_a_stall_ends_when_the_log_moves_again(backend_rig: Rigs) -> None:
     def so_far() -> str:
         return f"the events so far: {[e.message for e in manager.state.events(op.id)]}"
 
-    wait_until(lambda: manager.get(op.id).state == "stalled", timeout_s=60, explain=so_far)
-    wait_until(lambda: manager.get(op.id).state != "stalled", timeout_s=60, explain=so_far)
-    assert manager.get(op.id).state in ("running", "ready")
+    # The stall is read from the recorded events, not the state's short window at a poll.
+    wait_until(lambda: "stalled" in phases(manager.state.events(op.id)), timeout_s=90,
+               explain=so_far)  # fmt: skip
     final = wait_final(manager, op.id)
     events = manager.state.events(op.id)
     assert final.state == "ready", events[-1].message
