@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bot.cli_args import positive_int
 from bot.errors import PlanInputError
 from bot.planner._eta import StartSample
 from bot.planner._kv_shape import KvShape, kv_shape_from_config
@@ -43,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--size", type=_number, metavar="GB", help="host pool GB (1e9 bytes) per rank, whole"
     )
     parser.add_argument(
-        "--ranks", type=_positive_int, required=True, help="local ranks (TP x PP x DP on the host)"
+        "--ranks", type=positive_int, required=True, help="local ranks (TP x PP x DP on the host)"
     )
     parser.add_argument(
         "--available-gb", type=_non_negative, required=True, help="host RAM available now (GB)"
@@ -61,7 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"RAM kept for the server's other needs and the OS (default {DEFAULT_HEADROOM_GB:g})",
     )
     parser.add_argument(
-        "--device-tokens", type=_positive_int, help="device KV pool tokens per rank (#tokens)"
+        "--device-tokens", type=positive_int, help="device KV pool tokens per rank (#tokens)"
     )
     per_token = parser.add_mutually_exclusive_group()
     per_token.add_argument(
@@ -72,13 +73,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--model-config", metavar="CONFIG_JSON", help="the model's config.json (exact bytes/token)"
     )
     parser.add_argument(
-        "--tp-size", type=_positive_int, help="TP size, splitting MHA KV heads (default: --ranks)"
+        "--tp-size", type=positive_int, help="TP size, splitting MHA KV heads (default: --ranks)"
     )
     parser.add_argument(
         "--kv-cache-dtype", default="auto", help="SGLang's --kv-cache-dtype (default auto)"
     )
     parser.add_argument(
-        "--layer-bytes", type=_positive_int, help="one layer's KV bytes per token, if known"
+        "--layer-bytes", type=positive_int, help="one layer's KV bytes per token, if known"
     )
     parser.add_argument(
         "--speculative",
@@ -94,7 +95,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="another host pool the last start logged beside the KV host pool, e.g. "
         "'DSA indexer=29.02@126.61' (repeatable)",
     )
-    parser.add_argument("--page-size", type=_positive_int, default=1, help="tokens per page")
+    parser.add_argument("--page-size", type=positive_int, default=1, help="tokens per page")
     parser.add_argument("--sglang-version", type=_version, default="0.5.9", help="default 0.5.9")
     parser.add_argument("--cgroup-limit-gb", type=_non_negative, help="memory limit of the cgroup")
     parser.add_argument(
@@ -223,16 +224,6 @@ def _non_negative(text: str) -> float:
     value = _number(text)
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a number of GB, 0 or more")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
 
 

@@ -35,7 +35,11 @@ __all__ = [
 
 
 class Phase(StrEnum):
-    """The phases of a start, in the order SGLang goes through them."""
+    """The phases of a start, in the order SGLang goes through them.
+
+    Each value is also an :class:`~bot.vocab.EventPhase`, in the same order: the agent records
+    a parsed phase as the event phase of the same value (``tests/startup/test_events.py``).
+    """
 
     INIT = "init"
     LOAD_WEIGHTS = "load_weights"

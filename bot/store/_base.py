@@ -4,7 +4,7 @@ the translation of SQLAlchemy's errors into :class:`StoreError`."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 
 from sqlalchemy import Engine
@@ -71,22 +71,22 @@ class StoreBase:
     def _at(self, at: datetime | None, name: str = "at") -> datetime:
         return self._clock.now() if at is None else v.instant(name, at)
 
-    @contextmanager
-    def _write(self, what: str) -> Iterator[Session]:
+    def _write(self, what: str) -> AbstractContextManager[Session]:
         """One transaction: committed when the block ends, rolled back whole on any error."""
-        try:
-            with self._writes.begin() as session:
-                yield session
-        except SQLAlchemyError as exc:
-            raise StoreError(f"the database {self.url} refused to {what}: {_cause(exc)}") from exc
+        return self._transaction(self._writes, f"refused to {what}")
+
+    def _read(self, what: str) -> AbstractContextManager[Session]:
+        return self._transaction(self._reads, f"failed to {what}")
 
     @contextmanager
-    def _read(self, what: str) -> Iterator[Session]:
+    def _transaction(self, sessions: sessionmaker[Session], failed: str) -> Iterator[Session]:
+        """A session in a transaction; a database error becomes a StoreError saying what
+        ``failed``, with the database's own first line."""
         try:
-            with self._reads.begin() as session:
+            with sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise StoreError(f"the database {self.url} failed to {what}: {_cause(exc)}") from exc
+            raise StoreError(f"the database {self.url} {failed}: {_cause(exc)}") from exc
 
 
 def _cause(exc: SQLAlchemyError) -> str:

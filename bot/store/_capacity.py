@@ -5,24 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.orm import Session
 
-from bot.errors import InputError, NotFound
+from bot.errors import InputError
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import sample_record, schedule_record
+from bot.store._lookup import row_by_id
 from bot.store._models import CHANNEL, HOST, USER, CapacitySampleRow, ReportScheduleRow
 from bot.store.records import CapacitySample, ReportSchedule
 
 __all__ = ["CapacityMixin"]
-
-
-def _get_schedule(session: Session, schedule_id: object) -> ReportScheduleRow:
-    sid = v.count("schedule id", schedule_id, minimum=1)
-    row = session.get(ReportScheduleRow, sid)
-    if row is None:
-        raise NotFound(f"no report schedule {sid} is recorded")
-    return row
 
 
 def _sample_row(sample: CapacitySample) -> CapacitySampleRow:
@@ -103,7 +95,7 @@ class CapacityMixin(StoreBase):
 
     def schedule(self, schedule_id: int) -> ReportSchedule:
         with self._read("read a report schedule") as session:
-            return schedule_record(_get_schedule(session, schedule_id))
+            return schedule_record(row_by_id(session, ReportScheduleRow, schedule_id))
 
     def schedules(
         self, *, channel: str | None = None, enabled_only: bool = False
@@ -143,7 +135,7 @@ class CapacityMixin(StoreBase):
         if enabled is not None and not isinstance(enabled, bool):
             raise InputError(f"enabled must be true or false, not {enabled!r}")
         with self._write("update a report schedule") as session:
-            row = _get_schedule(session, schedule_id)
+            row = row_by_id(session, ReportScheduleRow, schedule_id)
             if new_cadence is not None:
                 row.cadence = new_cadence
             if new_next is not None:
@@ -154,4 +146,4 @@ class CapacityMixin(StoreBase):
 
     def delete_schedule(self, schedule_id: int) -> None:
         with self._write("delete a report schedule") as session:
-            session.delete(_get_schedule(session, schedule_id))
+            session.delete(row_by_id(session, ReportScheduleRow, schedule_id))

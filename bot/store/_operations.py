@@ -15,29 +15,26 @@ from sqlalchemy import Insert, Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from bot.errors import InputError, NotFound
+from bot.errors import InputError
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import event_record, operation_record
-from bot.store._models import CHANNEL, HOST, TS, USER, OperationEventRow, OperationRow
-from bot.store._revisions import get_revision
+from bot.store._lookup import row_by_id
+from bot.store._models import (
+    CHANNEL,
+    HOST,
+    TS,
+    USER,
+    OperationEventRow,
+    OperationRow,
+    RevisionRow,
+)
 from bot.store.records import OperationRecord, StoredEvent
 from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, OperationState
 
 __all__ = ["OperationsMixin"]
 
 _EVENTS = cast(Table, OperationEventRow.__table__)
-
-
-def _get_operation(session: Session, operation_id: object, *, lock: bool = False) -> OperationRow:
-    oid = v.count("operation id", operation_id, minimum=1)
-    query = select(OperationRow).where(OperationRow.id == oid)
-    if lock:
-        query = query.with_for_update()
-    row = session.scalars(query).one_or_none()
-    if row is None:
-        raise NotFound(f"no operation {oid} is recorded")
-    return row
 
 
 def _event_values(operation_id: int, event: object) -> dict[str, Any]:
@@ -103,7 +100,7 @@ class OperationsMixin(StoreBase):
             ).one_or_none()
             if existing is not None:
                 return operation_record(existing)
-            rid = None if revision_id is None else get_revision(session, revision_id).id
+            rid = None if revision_id is None else row_by_id(session, RevisionRow, revision_id).id
             row = OperationRow(
                 **values, revision_id=rid, last_event_seq=0, started_at=when, finished_at=None
             )
@@ -124,7 +121,7 @@ class OperationsMixin(StoreBase):
         new_channel = v.optional_text("channel", channel, CHANNEL)
         new_ts = v.optional_text("message ts", message_ts, TS)
         with self._write("update an operation") as session:
-            row = _get_operation(session, operation_id, lock=True)
+            row = row_by_id(session, OperationRow, operation_id, lock=True)
             if new_state is not None:
                 row.state = new_state.value
             if new_channel is not None:
@@ -143,7 +140,7 @@ class OperationsMixin(StoreBase):
             raise InputError(f"operation state {final.value!r} is not final; use one of: {ends}")
         when = self._at(at)
         with self._write("finish an operation") as session:
-            row = _get_operation(session, operation_id, lock=True)
+            row = row_by_id(session, OperationRow, operation_id, lock=True)
             if row.finished_at is None:
                 row.state, row.finished_at = final.value, when
             return operation_record(row)
@@ -158,7 +155,7 @@ class OperationsMixin(StoreBase):
         if not by_seq:
             return 0
         with self._write("store operation events") as session:
-            row = _get_operation(session, oid, lock=True)
+            row = row_by_id(session, OperationRow, oid, lock=True)
             have = set(
                 session.scalars(
                     select(OperationEventRow.seq).where(
@@ -178,7 +175,7 @@ class OperationsMixin(StoreBase):
         oid = v.count("operation id", operation_id, minimum=1)
         after = v.count("after seq", after_seq, big=False)
         with self._read("read operation events") as session:
-            _get_operation(session, oid)
+            row_by_id(session, OperationRow, oid)
             rows = session.scalars(
                 select(OperationEventRow)
                 .where(OperationEventRow.operation_id == oid, OperationEventRow.seq > after)
@@ -189,11 +186,11 @@ class OperationsMixin(StoreBase):
     def operation_resume_point(self, operation_id: int) -> int:
         """The last event seq stored: a restarted bot asks the agent for what came after it."""
         with self._read("read an operation") as session:
-            return _get_operation(session, operation_id).last_event_seq
+            return row_by_id(session, OperationRow, operation_id).last_event_seq
 
     def operation(self, operation_id: int) -> OperationRecord:
         with self._read("read an operation") as session:
-            return operation_record(_get_operation(session, operation_id))
+            return operation_record(row_by_id(session, OperationRow, operation_id))
 
     def operation_by_agent_id(self, host: str, agent_operation_id: int) -> OperationRecord | None:
         """The store's record of the host agent's operation ``agent_operation_id``, if any."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from bot.errors import NotFound
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record
+from bot.store._lookup import row_by_id
 from bot.store._models import CHANNEL, TS, OperationRow, ProposalRow, RevisionRow, RolloutReplicaRow
 from bot.store.records import ProposalRecord, RevisionOutcome
 
@@ -28,13 +27,13 @@ class ProposalsMixin(StoreBase):
         """Remember the ts of the Slack message showing the proposal (known after posting)."""
         ts = v.text("message ts", message_ts, TS)
         with self._write("attach a message to a proposal") as session:
-            row = _get_proposal(session, proposal_id)
+            row = row_by_id(session, ProposalRow, proposal_id)
             row.message_ts = ts
             return proposal_record(row)
 
     def proposal(self, proposal_id: int) -> ProposalRecord:
         with self._read("read a proposal") as session:
-            return proposal_record(_get_proposal(session, proposal_id))
+            return proposal_record(row_by_id(session, ProposalRow, proposal_id))
 
     def proposal_for_revision(self, revision_id: int) -> ProposalRecord | None:
         rid = v.count("revision id", revision_id, minimum=1)
@@ -91,11 +90,3 @@ class ProposalsMixin(StoreBase):
                 .order_by(ProposalRow.id)
             )
             return [proposal_record(row) for row in rows]
-
-
-def _get_proposal(session: Session, proposal_id: object) -> ProposalRow:
-    pid = v.count("proposal id", proposal_id, minimum=1)
-    row = session.get(ProposalRow, pid)
-    if row is None:
-        raise NotFound(f"no proposal {pid} is recorded")
-    return row

@@ -9,8 +9,8 @@ from sqlalchemy import select
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import refusal_record
-from bot.store._models import CHANNEL, HOST, USER, RefusalRow
-from bot.store._revisions import get_revision
+from bot.store._lookup import row_by_id
+from bot.store._models import CHANNEL, HOST, USER, RefusalRow, RevisionRow
 from bot.store.records import RefusalRecord
 
 __all__ = ["RefusalsMixin"]
@@ -38,7 +38,7 @@ class RefusalsMixin(StoreBase):
         }
         when = self._at(at)
         with self._write("record a refusal") as session:
-            rid = None if revision_id is None else get_revision(session, revision_id).id
+            rid = None if revision_id is None else row_by_id(session, RevisionRow, revision_id).id
             row = RefusalRow(**values, revision_id=rid, at=when)
             session.add(row)
             session.flush()

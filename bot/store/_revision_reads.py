@@ -9,8 +9,8 @@ from bot.planner import StartSample
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import revision_record
+from bot.store._lookup import row_by_id
 from bot.store._models import HOST, RevisionRow
-from bot.store._revisions import get_revision
 from bot.store.records import RevisionOutcome, RevisionRecord
 
 __all__ = ["RevisionReadsMixin"]
@@ -24,7 +24,7 @@ def _first_known(*values: float | None) -> float:
 class RevisionReadsMixin(StoreBase):
     def revision(self, revision_id: int) -> RevisionRecord:
         with self._read("read a revision") as session:
-            return revision_record(get_revision(session, revision_id))
+            return revision_record(row_by_id(session, RevisionRow, revision_id))
 
     def revision_by_agent_id(self, host: str, agent_revision_id: int) -> RevisionRecord | None:
         """The newest store revision that stands for the host agent's revision

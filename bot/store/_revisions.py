@@ -13,15 +13,15 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot.errors import InputError, NotFound
+from bot.errors import InputError
 from bot.hicache import HiCacheSetting
 from bot.planner import Verdict
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record, revision_record
+from bot.store._lookup import row_by_id
 from bot.store._models import CHANNEL, HOST, TS, USER, ProposalRow, RevisionRow
 from bot.store.records import (
     FINAL_OUTCOMES,
@@ -32,7 +32,7 @@ from bot.store.records import (
 )
 from bot.vocab import FailureKind
 
-__all__ = ["RevisionsMixin", "get_revision"]
+__all__ = ["RevisionsMixin"]
 
 _NEXT: dict[RevisionOutcome, frozenset[RevisionOutcome]] = {
     RevisionOutcome.PROPOSED: frozenset(
@@ -54,17 +54,6 @@ _NEXT: dict[RevisionOutcome, frozenset[RevisionOutcome]] = {
     RevisionOutcome.READY: frozenset({RevisionOutcome.ROLLED_BACK}),
     RevisionOutcome.FAILED: frozenset({RevisionOutcome.ROLLED_BACK}),
 }
-
-
-def get_revision(session: Session, revision_id: object, *, lock: bool = False) -> RevisionRow:
-    rid = v.count("revision id", revision_id, minimum=1)
-    query = select(RevisionRow).where(RevisionRow.id == rid)
-    if lock:
-        query = query.with_for_update()
-    row = session.scalars(query).one_or_none()
-    if row is None:
-        raise NotFound(f"no revision {rid} is recorded; `kimi-ops history` lists them")
-    return row
 
 
 def _check_transition(row: RevisionRow, target: RevisionOutcome) -> None:
@@ -161,7 +150,7 @@ class RevisionsMixin(StoreBase):
         )
         for name, ref in (("rollback_of", rollback_of), ("returned_to", returned_to)):
             if ref is not None:
-                target = get_revision(session, ref)
+                target = row_by_id(session, RevisionRow, ref)
                 if target.host != row.host:
                     raise InputError(
                         f"{name} revision {target.id} is of host {target.host!r}, "
@@ -223,7 +212,7 @@ class RevisionsMixin(StoreBase):
         who = v.text("applied by (Slack user id)", applied_by, USER)
         when = self._at(at)
         with self._write("record an apply") as session:
-            row = get_revision(session, revision_id, lock=True)
+            row = row_by_id(session, RevisionRow, revision_id, lock=True)
             if row.outcome == RevisionOutcome.APPLIED.value:
                 return revision_record(row)
             _check_transition(row, RevisionOutcome.APPLIED)
@@ -271,7 +260,7 @@ class RevisionsMixin(StoreBase):
             raise InputError(f"a failure kind and lines belong to 'failed', not {target.value!r}")
         when = self._at(at)
         with self._write("record an outcome") as session:
-            row = get_revision(session, revision_id, lock=True)
+            row = row_by_id(session, RevisionRow, revision_id, lock=True)
             if row.outcome == target.value:
                 return revision_record(row)
             _check_transition(row, target)
@@ -305,8 +294,8 @@ class RevisionsMixin(StoreBase):
         agent_id = v.optional_count("agent revision id", agent_revision_id, minimum=1)
         when = self._at(at)
         with self._write("record a rollback") as session:
-            undone = get_revision(session, rollback_of, lock=True)
-            source = get_revision(session, returned_to)
+            undone = row_by_id(session, RevisionRow, rollback_of, lock=True)
+            source = row_by_id(session, RevisionRow, returned_to)
             if source.host != undone.host:
                 raise InputError(
                     f"revision {source.id} is of host {source.host!r}, not {undone.host!r}; "
@@ -354,7 +343,7 @@ class RevisionsMixin(StoreBase):
         if not argv:
             raise InputError("the agent's command line is empty; give the argv it wrote")
         with self._write("record an agent revision") as session:
-            row = get_revision(session, revision_id, lock=True)
+            row = row_by_id(session, RevisionRow, revision_id, lock=True)
             if row.agent_revision_id not in (None, agent_id):
                 raise InputError(
                     f"revision {row.id} is already the agent's revision {row.agent_revision_id}, "

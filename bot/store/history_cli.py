@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bot.cli_args import positive_int
 from bot.db import safe_url
 from bot.errors import StoreError
 from bot.store._cli_common import add_database_options, settings_from_args
@@ -20,21 +21,11 @@ from bot.store.store import Store
 __all__ = ["configure", "run"]
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"limit {text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"limit {value} must be at least 1")
-    return value
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
     parser.add_argument("--host", help="only this host (default: every host)")
     parser.add_argument(
-        "--limit", type=_positive, default=20, metavar="N", help="at most N rows (default: 20)"
+        "--limit", type=positive_int, default=20, metavar="N", help="at most N rows (default: 20)"
     )
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="a JSON list, every field")

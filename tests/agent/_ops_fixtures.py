@@ -21,7 +21,7 @@ from bot.agent.control.protocol import ServerControl
 from bot.agent.engine.manager import OperationManager
 from bot.agent.service import build_service, make_control
 from bot.agent.sglang_client import SGLangClient
-from bot.agent.state.agent_state import AgentState, OperationView, ProgressEvent
+from bot.agent.state import AgentState, OperationView, ProgressEvent
 
 # Real time at this scale: a small-profile start takes well under a second, the Kimi one ~7 s.
 FAST = "0.01"

@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from bot.db import make_engine
-from bot.errors import InputError
+from bot.errors import InputError, StoreError
 from bot.hicache import HiCacheSetting
+from bot.planner import Verdict
 from bot.store import (
     CapacitySample,
     PlanSummary,
@@ -101,6 +103,31 @@ def test_a_failed_batch_is_rolled_back_whole(tmp_path: Path) -> None:
             store.append_events(op, [*good, bad])
         assert store.operation_events(op) == []
         assert store.operation_resume_point(op) == 0
+
+
+def test_a_database_error_is_a_store_error_and_rolls_the_write_back(tmp_path: Path) -> None:
+    """A table the database lacks makes a write a StoreError saying the database refused it,
+    with SQLite's reason, its revision row rolled back; and a read one saying it failed."""
+    url = f"sqlite:///{tmp_path / 'kimi-ops.db'}"
+    upgrade_to_head(url)
+    with Store(url) as store:
+        with store.engine.begin() as conn:
+            conn.execute(text("DROP TABLE proposals"))
+        with pytest.raises(StoreError) as refused:
+            store.record_proposal(
+                "kimi-01", HiCacheSetting(True, ratio=2.0),
+                PlanSummary(1.0, 8.0, 1, Verdict.FITS, ""), proposed_by="U1", channel="C1",
+                expires_at=T0 + timedelta(minutes=15), fingerprint="f", requested={}, at=T0,
+            )  # fmt: skip
+        assert str(refused.value) == (
+            f"the database {url} refused to record a proposal: no such table: proposals"
+        )
+        assert store.history("kimi-01") == []
+        with pytest.raises(StoreError) as failed:
+            store.proposal(1)
+        assert str(failed.value) == (
+            f"the database {url} failed to read a proposal: no such table: proposals"
+        )
 
 
 def test_in_memory_sqlite_is_refused() -> None:

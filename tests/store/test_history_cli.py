@@ -103,8 +103,10 @@ def test_missing_sqlite_file_is_reported_not_created(
     assert not path.exists()
 
 
-def test_limit_must_be_positive(tmp_path: Path) -> None:
-    """--limit 0 is a usage error."""
+def test_limit_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--limit 0 is a usage error naming the option and the value, and creates no database."""
     with pytest.raises(SystemExit) as exited:
         main(["history", "--url", f"sqlite:///{tmp_path / 'x.db'}", "--limit", "0"])
     assert exited.value.code == 2
+    assert "argument --limit: '0' must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists()

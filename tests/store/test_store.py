@@ -397,6 +397,19 @@ BAD_INPUT: list[tuple[str, Callable[[Store, int], Any], type[Exception], str]] =
      InputError, "belong to 'failed'"),
     ("unknown revision", lambda s, r: s.record_apply(r + 1000, "U0ANA"), NotFound,
      f"no revision {1000 + 1}"),
+    ("refusal naming an unknown revision", lambda s, r: s.record_refusal(
+        "U1", "apply", "no", revision_id=r + 1000), NotFound,
+     f"no revision {1000 + 1} is recorded; `kimi-ops history` lists them"),
+    ("unknown operation", lambda s, r: s.finish_operation(1000, "ready"), NotFound,
+     "no operation 1000 is recorded"),
+    ("unknown proposal", lambda s, r: s.attach_proposal_message(1000, "1700000000.000100"),
+     NotFound, "no proposal 1000 is recorded"),
+    ("unknown schedule", lambda s, r: s.delete_schedule(1000), NotFound,
+     "no report schedule 1000 is recorded"),
+    ("proposal id 0", lambda s, r: s.proposal(0), InputError, "proposal id is 0"),
+    ("schedule id as text", lambda s, r: s.update_schedule(
+        "7", enabled=False),  # type: ignore[arg-type]
+     InputError, "schedule id must be a whole number"),
     ("expiry before proposal", lambda s, r: s.record_proposal(
         "kimi-01", SIZE_48, PLAN_48, proposed_by="U1", channel="C1", expires_at=AWARE,
         fingerprint="f", requested={}), InputError, "is not after the proposal time"),

@@ -3,7 +3,9 @@
 - :mod:`bot.agent.control.protocol`: the seam (``ServerControl``, ``LogSource``, the process
   state and how a stop ended);
 - :mod:`bot.agent.control.process`: the agent launches the argv itself (``ProcessControl``);
-- :mod:`bot.agent.control.systemd`: a drop-in on a systemd unit (``SystemdControl``).
+- :mod:`bot.agent.control.systemd`: a drop-in on a systemd unit (``SystemdControl``), with the
+  drop-in's text in ``_unit_file``, ``systemctl show``'s answers in ``_systemctl_show`` and the
+  journal's reader in ``_journal``.
 
 The backend ``[agent] backend`` names is picked by the composition root (``bot.agent.service``).
 """

@@ -1,6 +1,8 @@
 """The agent's own state: operations, their events and resume points, and the revisions.
 
-- :mod:`bot.agent.state.agent_state`: ``AgentState``, the SQLite file in the state directory;
+- :mod:`bot.agent.state.agent_state`: ``AgentState``, the SQLite file in the state directory,
+  written in parts: the file and its transactions (``_base``), operations and their events
+  (``_operations``), revisions (``_revisions``), the rows one write adds (``_rows``);
 - :mod:`bot.agent.state.views`: what clients see (``OperationView``, ``ProgressEvent``,
   ``RevisionView``);
 - :mod:`bot.agent.state.resume_point`: where an operation stands (``ResumePoint``);

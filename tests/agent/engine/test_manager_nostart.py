@@ -14,7 +14,7 @@ from bot.agent.engine.manager import OperationManager
 from bot.agent.facts.snapshot import FactsService
 from bot.agent.host.probe import GpuFacts, HostProbe, ProcessInfo, RamFacts
 from bot.agent.service import make_probe
-from bot.agent.state.agent_state import OperationView
+from bot.agent.state import OperationView
 from bot.clock import SystemClock
 from bot.errors import BackendError, GpuProbeError
 from tests.agent._ops_fixtures import Harness, free_port, harness_factory, sim_command, wait_final
