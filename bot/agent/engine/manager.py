@@ -301,10 +301,14 @@ class OperationManager:
         self.get(op_id)  # NotFound before waiting
         deadline = self.clock.monotonic() + max(0.0, wait_s)
         while True:
+            # The operation before its events: a final state is committed with its final event,
+            # so a page showing the end also holds it. Read the other way round, the end could
+            # commit between the two reads and a follower stop one event short.
+            view = self.get(op_id)
             events = self.state.events(op_id, after)
             remaining = deadline - self.clock.monotonic()
             if events or remaining <= 0 or self._ctx.stop.is_set():
-                return self.get(op_id), events
+                return view, events
             # Bounded wake-ups: an event written by another agent process wakes nobody here.
             self.state.wait_changed(min(remaining, 0.5))
 
