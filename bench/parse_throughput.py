@@ -5,11 +5,14 @@ followed by what a serving SGLang prints per request (a `Prefill batch,` line, a
 and a `Decode batch,` line every other request), then reads it back with `read_startup_report`
 in 1 MiB chunks. Prints one JSON line:
 
-    {"bench": "parse_throughput", "mb": 200, "seconds": ..., "mb_per_s": ...,
-     "grep_c_mb_per_s": ..., "peak_rss_mb": ..., "rss_growth_mb": ..., "targets": [...], ...}
+    {"bench": "parse_throughput", "mb": 200, "seconds": ..., "mb_per_s": ..., "cpu_seconds": ...,
+     "cpu_mb_per_s": ..., "grep_c_mb_per_s": ..., "peak_rss_mb": ..., "rss_growth_mb": ...,
+     "targets": [...], ...}
 
 Target: at least 100 MB/s, what following 5 MB/s of log in 5% of a core asks of the parser.
-``--quick`` parses a 5 MB log.
+It is judged on ``cpu_mb_per_s``, the log's size over the CPU time the parse took: that is one
+core's throughput. ``mb_per_s`` is the same over the wall clock, which on a shared machine also
+counts the time the parse waited for a core (docs/benchmarks.md). ``--quick`` parses a 5 MB log.
 
 ``rss_growth_mb`` is the resident set after parsing minus before it; ``peak_rss_mb`` the peak
 of the whole process (the log is written in blocks, so writing it does not raise the peak).
@@ -128,9 +131,10 @@ def main() -> None:
         size = write_log(path, args.mb)
 
         rss_before = _rss_mb()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         report = read_startup_report(path)
         seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu_started
         rss_after = _rss_mb()
         if not report.ready or report.host_gb_total != 358.16:
             raise SystemExit(f"the parser misread the benchmark log: {report.to_dict()}")
@@ -148,11 +152,13 @@ def main() -> None:
         mb=args.mb,
         seconds=round(seconds, 3),
         mb_per_s=round(size / MB / seconds, 1),
+        cpu_seconds=round(cpu_seconds, 3),
+        cpu_mb_per_s=round(size / MB / cpu_seconds, 1),
         grep_c_mb_per_s=round(size / MB / grep_seconds, 1),
         peak_rss_mb=round(_peak_rss_mb(), 1),
         rss_growth_mb=round(rss_after - rss_before, 1),
     )
-    line.check("startup parser throughput (one core)", size / MB / seconds,
+    line.check("startup parser throughput (one core: CPU time)", size / MB / cpu_seconds,
                at_least=TARGET_MB_S, unit="MB/s")  # fmt: skip
     line.emit()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 from bot.errors import LogInputError
@@ -14,7 +15,8 @@ CHUNK_CHARS = 1 << 20
 
 
 def read_startup_report(path: str | Path, chunk_chars: int = CHUNK_CHARS) -> StartupReport:
-    """Parse the log at ``path`` and report on the last start it holds.
+    """Parse the log at ``path`` and report on the last start it holds, reading ``chunk_chars``
+    bytes at a time (as many characters in an ASCII log).
 
     Raises ``LogInputError`` naming the path when the file is missing or unreadable. Bytes that
     are not UTF-8 are replaced, not fatal: a log cut mid-character is still a log.
@@ -23,12 +25,18 @@ def read_startup_report(path: str | Path, chunk_chars: int = CHUNK_CHARS) -> Sta
         raise LogInputError(f"chunk size {chunk_chars!r} is not positive; pass 1 or more")
     parser = StartupParser()
     builder = ReportBuilder()
+    # Bytes are read and decoded here, not through a text-mode file: on a 5 MB serving log,
+    # TextIOWrapper.read cost 25 million instructions more than this, a sixth of the whole read.
+    # Like the text file, the decoder holds back a character cut between two reads and keeps
+    # "\r" as written (it separates tqdm's refreshes).
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
-        # newline="" keeps "\r" as written: it separates tqdm's refreshes.
-        with open(path, encoding="utf-8", errors="replace", newline="") as log:
-            while chunk := log.read(chunk_chars):
-                for event in parser.feed(chunk):
+        with open(path, "rb") as log:
+            while data := log.read(chunk_chars):
+                for event in parser.feed(decoder.decode(data)):
                     builder.add(event)
+            for event in parser.feed(decoder.decode(b"", final=True)):
+                builder.add(event)
     except FileNotFoundError as exc:
         raise LogInputError(f"log file '{path}' does not exist; check the path") from exc
     except IsADirectoryError as exc:

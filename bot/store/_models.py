@@ -112,6 +112,8 @@ class RevisionRow(Base):
         Index("ix_revisions_host_agent_revision_id", "host", "agent_revision_id"),
         # history(host, limit): newest first per host.
         Index("ix_revisions_host_proposed_at", "host", "proposed_at"),
+        # history(None, limit): newest first over every host, read backwards (migration 0006).
+        Index("ix_revisions_proposed_at_id", "proposed_at", "id"),
         # last_ready_revision(host), startup_durations(host).
         Index("ix_revisions_host_outcome_finished_at", "host", "outcome", "finished_at"),
         Index("ix_revisions_rollback_of", "rollback_of"),

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Insert, Table, insert, select
+from sqlalchemy import Insert, Table, case, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from bot.errors import InputError
+from bot.errors import InputError, NotFound
 from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import event_record, operation_record
@@ -35,6 +35,7 @@ from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, Operati
 __all__ = ["OperationsMixin"]
 
 _EVENTS = cast(Table, OperationEventRow.__table__)
+_OPERATIONS = cast(Table, OperationRow.__table__)
 
 
 def _event_values(operation_id: int, event: object) -> dict[str, Any]:
@@ -53,8 +54,8 @@ def _event_values(operation_id: int, event: object) -> dict[str, Any]:
 
 
 def _insert_ignoring_duplicates(session: Session) -> Insert:
-    # The operation row is locked (PostgreSQL) or the database is (SQLite BEGIN IMMEDIATE), so
-    # the pre-check below already excludes duplicates; ON CONFLICT is the belt to those braces.
+    # A replayed batch holds seqs already stored: ON CONFLICT skips them, and the insert's
+    # RETURNING names only the rows it added.
     name = session.get_bind().dialect.name
     if name == "sqlite":
         return sqlite.insert(_EVENTS).on_conflict_do_nothing(index_elements=["operation_id", "seq"])
@@ -154,21 +155,25 @@ class OperationsMixin(StoreBase):
             by_seq.setdefault(values["seq"], values)
         if not by_seq:
             return 0
+        last, resume_point = max(by_seq), _OPERATIONS.c.last_event_seq
         with self._write("store operation events") as session:
-            row = row_by_id(session, OperationRow, oid, lock=True)
-            have = set(
-                session.scalars(
-                    select(OperationEventRow.seq).where(
-                        OperationEventRow.operation_id == oid,
-                        OperationEventRow.seq.in_(list(by_seq)),
-                    )
-                )
-            )
-            new = [values for seq, values in sorted(by_seq.items()) if seq not in have]
-            if new:
-                session.execute(_insert_ignoring_duplicates(session), new)
-            row.last_event_seq = max(row.last_event_seq, max(by_seq))
-            return len(new)
+            # Two statements a batch: the first moves the resume point, locks the operation's row
+            # (SQLite's BEGIN IMMEDIATE has locked the database) and says whether it exists; the
+            # second stores the events. Reading the row, then the seqs already stored, then
+            # writing the row back took four round trips (docs/benchmarks.md, Store).
+            moved = session.execute(
+                update(_OPERATIONS)
+                .where(_OPERATIONS.c.id == oid)
+                .values(last_event_seq=case((resume_point < last, last), else_=resume_point))
+                .returning(_OPERATIONS.c.id)
+            ).first()
+            if moved is None:
+                raise NotFound(f"no operation {oid} is recorded")
+            added = session.scalars(
+                _insert_ignoring_duplicates(session).returning(_EVENTS.c.seq),
+                [values for _, values in sorted(by_seq.items())],
+            ).all()
+            return len(added)
 
     def operation_events(self, operation_id: int, after_seq: int = 0) -> list[StoredEvent]:
         """The operation's events with ``seq > after_seq``, in order."""

@@ -3,7 +3,7 @@ earlier starts the planner's startup estimate learns from."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 
 from bot.planner import StartSample
 from bot.store import _validate as v
@@ -13,12 +13,27 @@ from bot.store._lookup import row_by_id
 from bot.store._models import HOST, RevisionRow
 from bot.store.records import RevisionOutcome, RevisionRecord
 
-__all__ = ["RevisionReadsMixin"]
+__all__ = ["RevisionReadsMixin", "history_query"]
 
 
 def _first_known(*values: float | None) -> float:
     # As the agent's samples: a start whose pool size nobody knows counts as no pool.
     return next((value for value in values if value is not None), 0.0)
+
+
+def history_query(host: str | None, limit: int) -> Select[RevisionRow]:
+    """The newest ``limit`` revisions of ``host`` (of every host when None).
+
+    Its ORDER BY is an index read backwards on both engines, which stops after ``limit`` rows:
+    ``(host, proposed_at)`` for one host (SQLite appends the rowid, ``id``, to every index),
+    ``(proposed_at, id)`` for all (migration 0006). Keep the two in step: an ORDER BY no index
+    serves sorts every revision of the table on each read.
+    """
+    count = v.count("history limit", limit, minimum=1)
+    query = select(RevisionRow)
+    if host is not None:
+        query = query.where(RevisionRow.host == v.text("host", host, HOST))
+    return query.order_by(RevisionRow.proposed_at.desc(), RevisionRow.id.desc()).limit(count)
 
 
 class RevisionReadsMixin(StoreBase):
@@ -42,11 +57,7 @@ class RevisionReadsMixin(StoreBase):
 
     def history(self, host: str | None = None, limit: int = 20) -> list[RevisionRecord]:
         """Revisions newest first (all hosts when ``host`` is None)."""
-        count = v.count("history limit", limit, minimum=1)
-        query = select(RevisionRow)
-        if host is not None:
-            query = query.where(RevisionRow.host == v.text("host", host, HOST))
-        query = query.order_by(RevisionRow.proposed_at.desc(), RevisionRow.id.desc()).limit(count)
+        query = history_query(host, limit)
         with self._read("read the history") as session:
             return [revision_record(row) for row in session.scalars(query)]
 

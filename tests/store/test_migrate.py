@@ -135,6 +135,9 @@ SEED_ROWS["0005_fleet_rollouts"] = {
     ],
 }  # fmt: skip
 
+# 0006 adds an index and no table or column: the rows are 0005's.
+SEED_ROWS["0006_revisions_by_time"] = SEED_ROWS["0005_fleet_rollouts"]
+
 # Columns a migration converts on purpose: (table, column) -> how a value from before it reads.
 CONVERTED: dict[str, dict[tuple[str, str], Callable[[Any], Any]]] = {
     "0002": {("operations", "agent_operation_id"): int},
@@ -241,6 +244,31 @@ def test_downgrading_0002_turns_agent_ids_back_into_text(db_url: str) -> None:
     assert [tuple(row) for row in unknown_figures][1] == (0, 0, 0)
     assert not {"agent_revision_id", "agent_returned_to"} & columns
     assert upgrade_to_head(db_url) == head_revision()
+
+
+def _revision_indexes(engine: Engine) -> dict[str, list[str | None]]:
+    return {ix["name"]: ix["column_names"] for ix in inspect(engine).get_indexes("revisions")}
+
+
+def test_0006_adds_the_time_index_and_downgrading_drops_only_it(db_url: str) -> None:
+    """0005 to 0006 keeps every row and adds ``revisions (proposed_at, id)``; down to 0005 drops
+    that index alone, and up again restores it."""
+    assert_upgrade_keeps_rows(db_url, "0005_fleet_rollouts", "0006_revisions_by_time")
+    engine = make_engine(db_url)
+    try:
+        at_0006 = _revision_indexes(engine)
+        assert at_0006["ix_revisions_proposed_at_id"] == ["proposed_at", "id"]
+        assert downgrade(engine, "0005_fleet_rollouts") == "0005_fleet_rollouts"
+        at_0005 = _revision_indexes(engine)
+        with engine.connect() as conn:
+            revisions = conn.execute(text("SELECT count(*) FROM revisions")).scalar_one()
+        assert upgrade(engine, "0006_revisions_by_time") == "0006_revisions_by_time"
+        again = _revision_indexes(engine)
+    finally:
+        engine.dispose()
+    assert at_0005 == {k: v for k, v in at_0006.items() if k != "ix_revisions_proposed_at_id"}
+    assert revisions == len(SEED_ROWS["0005_fleet_rollouts"]["revisions"])
+    assert again == at_0006
 
 
 def test_an_operation_id_that_is_not_a_number_stops_0002_and_changes_nothing(

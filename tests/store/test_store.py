@@ -417,6 +417,9 @@ BAD_INPUT: list[tuple[str, Callable[[Store, int], Any], type[Exception], str]] =
         s.record_operation("kimi-01", 9, "restart").id,
         [StoredEvent(1, AWARE, EventPhase.INIT, "m"), StoredEvent(0, AWARE, EventPhase.INIT, "m")]),
      InputError, "event seq is 0"),
+    ("events of an unknown operation", lambda s, r: s.append_events(
+        1000, [StoredEvent(1, AWARE, EventPhase.INIT, "m")]), NotFound,
+     "no operation 1000 is recorded"),
     ("unknown event phase", lambda s, r: s.append_events(
         s.record_operation("kimi-01", 9, "restart").id,
         [StoredEvent(1, AWARE, "loading_weights", "m")]),  # type: ignore[arg-type]
