@@ -52,7 +52,8 @@ def test_a_page_that_shows_the_end_holds_the_final_event(tmp_path: Path) -> None
             after = events[-1].seq if events else after
             if view.finished:
                 break
-        assert view.finished and view.state == OperationState.READY
+        assert view.finished
+        assert view.state == OperationState.READY
         assert [event.phase for event in seen] == [EventPhase.LOAD_WEIGHTS, EventPhase.READY]
     finally:
         service.close()
