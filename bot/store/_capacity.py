@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import delete, func, select
@@ -52,6 +53,20 @@ class CapacityMixin(StoreBase):
             session.add(row)
             session.flush()
             return row.id
+
+    def add_capacity_samples(self, samples: Sequence[CapacitySample]) -> list[int]:
+        """Store ``samples`` in one transaction, all or none; their ids, in order.
+
+        One transaction, not one per sample: a report over 50 hosts stores 50 samples, and a
+        commit each (a sync of the SQLite file each) cost more than asking the 50 agents.
+        """
+        rows = [_sample_row(sample) for sample in samples]  # every sample checked before writing
+        if not rows:
+            return []
+        with self._write(f"store {len(rows)} capacity samples") as session:
+            session.add_all(rows)
+            session.flush()
+            return [row.id for row in rows]
 
     def capacity_samples(
         self, host: str, since: datetime, until: datetime | None = None

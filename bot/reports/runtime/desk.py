@@ -63,10 +63,8 @@ class ReportDesk:
     def gather(self, hosts: tuple[str, ...]) -> tuple[HostReport, ...]:
         """Every host's report now; what each answering host said is also stored as a sample."""
         reports = collect_reports(hosts, self._clients, self._source, self._clock)
-        for report in reports:
-            sample = sample_of(report)
-            if sample is not None:
-                self._store.add_capacity_sample(sample)
+        samples = [sample for sample in map(sample_of, reports) if sample is not None]
+        self._store.add_capacity_samples(samples)
         return reports
 
     def forget_old_samples(self) -> int:
