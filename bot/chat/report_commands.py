@@ -44,13 +44,13 @@ _NO_REPORTS = (
 def _host_view(ctx: Context, reporter: Reporter, report: HostReport) -> HostReportView:
     if not report.answered:
         return HostReportView(report)
-    advice = reporter.advise(report)
-    proposal = None
+    review = reporter.review(report)
+    advice, proposal = review.advice, None
     if advice is not None:
         proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
     return HostReportView(
         report,
-        chart=reporter.chart(report),
+        chart=review.chart,
         proposal=proposal,
         evidence=None if advice is None else advice.evidence,
     )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from bot.chat.agent_client import AgentClient
-from bot.chat.reporting import Advice, ChartImage
+from bot.chat.reporting import ChartImage, HostReview
 from bot.clock import Clock
 from bot.reports import (
     CHART_PX,
@@ -78,10 +78,24 @@ class ReportDesk:
         since = now - timedelta(hours=self._settings.window_hours)
         return self._store.capacity_samples(host, since, now + timedelta(microseconds=1))
 
+    def review(self, report: HostReport) -> HostReview:
+        """The host's chart and advice from one read of its stored samples."""
+        if not report.answered:
+            return HostReview()
+        samples = self.samples(report.host, report.at)
+        client = self._clients[report.host]
+        return HostReview(
+            chart=self._chart(report, samples),
+            advice=advise(report, samples, client, self._settings.rules, report.at),
+        )
+
     def chart(self, report: HostReport) -> ChartImage | None:
+        """The host's chart alone (for a front end or a bench that wants no advice)."""
         if not report.answered:
             return None
-        samples = self.samples(report.host, report.at)
+        return self._chart(report, self.samples(report.host, report.at))
+
+    def _chart(self, report: HostReport, samples: list[CapacitySample]) -> ChartImage:
         start = chart_window(samples, report.at, self._settings.window_hours)
         changes = tuple(c for c in report.changes if start <= c.at <= report.at)
         return ChartImage(
@@ -91,13 +105,6 @@ class ReportDesk:
             alt=alt_text(report.host, samples, changes),
             size_px=CHART_PX,
         )
-
-    def advise(self, report: HostReport) -> Advice | None:
-        if not report.answered:
-            return None
-        samples = self.samples(report.host, report.at)
-        client = self._clients[report.host]
-        return advise(report, samples, client, self._settings.rules, report.at)
 
     def _changed(self) -> None:
         if self.on_schedules_changed is not None:
