@@ -7,7 +7,7 @@ reporter gathers figures, draws charts, asks the planner and keeps schedules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
@@ -71,9 +71,10 @@ class Reporter(Protocol):
         """Every named host's report, asked in parallel; a silent host has ``problem`` set."""
         ...
 
-    def review(self, report: HostReport) -> HostReview:
-        """The host's trend chart and a planner-checked change its samples call for, from one
-        read of its stored samples (empty for a host that did not answer)."""
+    def review(self, reports: Sequence[HostReport]) -> tuple[HostReview, ...]:
+        """Each report's trend chart and a planner-checked change its samples call for, in the
+        reports' order, from one read of the stored samples (empty for a host that did not
+        answer)."""
         ...
 
     def schedule(

@@ -82,6 +82,27 @@ class CapacityMixin(StoreBase):
         with self._read("read capacity samples") as session:
             return [sample_record(row) for row in session.scalars(query)]
 
+    def capacity_samples_of(
+        self, hosts: Sequence[str], since: datetime, until: datetime | None = None
+    ) -> dict[str, list[CapacitySample]]:
+        """Each of ``hosts``' samples taken at or after ``since`` (and before ``until``), oldest
+        first, in one read (a report over 50 hosts made 50); every host named has a list."""
+        names = [v.text("host", host, HOST) for host in hosts]
+        found: dict[str, list[CapacitySample]] = {name: [] for name in names}
+        if not names:
+            return found
+        query = select(CapacitySampleRow).where(
+            CapacitySampleRow.host.in_(names),
+            CapacitySampleRow.at >= v.instant("since", since),
+        )
+        if until is not None:
+            query = query.where(CapacitySampleRow.at < v.instant("until", until))
+        query = query.order_by(CapacitySampleRow.at, CapacitySampleRow.id)
+        with self._read("read capacity samples") as session:
+            for row in session.scalars(query):
+                found[row.host].append(sample_record(row))
+        return found
+
     def delete_capacity_samples(self, before: datetime) -> int:
         """Delete every host's samples taken before ``before``; how many were deleted."""
         cut = v.instant("before", before)

@@ -56,3 +56,17 @@ def test_a_bad_sample_in_the_batch_changes_nothing(
         store.add_capacity_samples([_sample("kimi-01", 5), bad, _sample("kimi-03", 5)])
     assert table_counts(store) == before
     assert store.capacity_samples("kimi-01", T0) == [_sample("kimi-01", 0)]
+
+
+def test_samples_of_several_hosts_come_back_per_host_in_one_read(store: Store) -> None:
+    """Each named host gets its own samples in [since, until), oldest first; a host with none
+    gets an empty list and a host not named is left out."""
+    batch = [_sample(f"kimi-{n:02d}", minutes) for minutes in (10, 0, 5, 15) for n in (1, 2, 3)]
+    store.add_capacity_samples(batch)
+    since, until = T0 + timedelta(minutes=5), T0 + timedelta(minutes=15)
+    found = store.capacity_samples_of(["kimi-01", "kimi-02", "kimi-09"], since, until)
+    assert sorted(found) == ["kimi-01", "kimi-02", "kimi-09"]
+    for host in ("kimi-01", "kimi-02"):
+        assert found[host] == [_sample(host, 5), _sample(host, 10)]
+        assert found[host] == store.capacity_samples(host, since, until)
+    assert found["kimi-09"] == []

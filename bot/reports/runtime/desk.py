@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from bot.chat.agent_client import AgentClient
@@ -78,11 +78,28 @@ class ReportDesk:
         since = now - timedelta(hours=self._settings.window_hours)
         return self._store.capacity_samples(host, since, now + timedelta(microseconds=1))
 
-    def review(self, report: HostReport) -> HostReview:
-        """The host's chart and advice from one read of its stored samples."""
-        if not report.answered:
-            return HostReview()
-        samples = self.samples(report.host, report.at)
+    def review(self, reports: Sequence[HostReport]) -> tuple[HostReview, ...]:
+        """Each host's chart and advice, from one read of every answering host's samples."""
+        answered = [report for report in reports if report.answered]
+        if not answered:
+            return tuple(HostReview() for _ in reports)
+        window = timedelta(hours=self._settings.window_hours)
+        found = self._store.capacity_samples_of(
+            sorted({report.host for report in answered}),
+            min(report.at for report in answered) - window,
+            max(report.at for report in answered) + timedelta(microseconds=1),
+        )
+        reviews = []
+        for report in reports:
+            if not report.answered:
+                reviews.append(HostReview())
+                continue
+            since = report.at - window  # the chart's window ends at the report, as samples() reads
+            own = [s for s in found[report.host] if since <= s.at <= report.at]
+            reviews.append(self._review(report, own))
+        return tuple(reviews)
+
+    def _review(self, report: HostReport, samples: list[CapacitySample]) -> HostReview:
         client = self._clients[report.host]
         return HostReview(
             chart=self._chart(report, samples),
