@@ -13,8 +13,10 @@ configured with the first 1, 10 and 50 of those hosts. Each figure is the median
 A report's charts are drawn when a front end that shows pictures uploads them, after the
 message (``SilentFront`` draws none), so ``report_s`` is the message's figures;
 ``chart_one_host_s`` (one host's chart drawn from its stored samples) says what each host's
-chart adds to the thread after it. ``report_gather_s`` is the gathering (every agent asked in
-parallel, each answer stored as a sample); ``report_ask_s`` the asking alone.
+chart adds to the thread after it. ``sim_server_info_ms`` is the simulator's ``/server_info``
+answer on a kept-alive connection (median of 20), one of the calls each agent's status makes.
+``report_gather_s`` is the gathering (every agent asked in parallel, each answer stored as a
+sample); ``report_ask_s`` the asking alone.
 
 The same commands are then timed against stand-in agents (``--stand-in-delay-s``, 0.1 s: about
 what one real agent on the simulator takes for ``/v1/status`` here), each answering the real
@@ -133,6 +135,7 @@ def serve_agents(root: Path, count: int) -> None:
                 raise SystemExit("the simulator did not become healthy within 60 s")
             time.sleep(0.05)
         urls = [stack.enter_context(_served(service)) for service in services]
+        (root / "sim_url").write_text(settings[0].server_url)
         _serve_until_closed(root, urls)
 
 
@@ -159,6 +162,15 @@ def _stand_in(n: int, bodies: dict[str, Any], delay_s: float) -> AbstractContext
         "/v1/operations": json.dumps(bodies["operations"]).encode(),
     }
     return agent_stand_in(answers, dict.fromkeys(answers, delay_s))
+
+
+def sim_answer_ms(url: str, repeat: int = 20) -> float:
+    """Median milliseconds for the simulator's small ``/server_info`` answer on a kept-alive
+    connection: what each agent's status waits for it (about 40 ms while Nagle's algorithm held
+    the body back for the delayed ACK)."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        http.get("/server_info").raise_for_status()  # the connection opened
+        return 1000 * _timed(lambda: http.get("/server_info").raise_for_status(), repeat)
 
 
 def capture_bodies(url: str, root: Path) -> None:
@@ -301,6 +313,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kimi-ops-fanout-bench-") as tmp:
         root = Path(tmp)
         with agents(root / "agents", counts[-1]) as urls:
+            sim_ms = sim_answer_ms((root / "agents" / "sim_url").read_text())
             real = {n: over_hosts(root, urls[:n], repeat) for n in counts}
             capture_bodies(urls[0], root / "stand-ins")
         with agents(root / "stand-ins", counts[-1], args.stand_in_delay_s) as urls:
@@ -311,6 +324,7 @@ def main() -> None:
         seconds=_rounded(real),
         stand_in_delay_s=args.stand_in_delay_s,
         seconds_stand_in=_rounded(stand_in),
+        sim_server_info_ms=round(sim_ms, 2),
     )
     for by_count, whose in ((real, ""), (stand_in, " (stand-in agents)")):
         one, most = by_count[counts[0]], by_count[counts[-1]]

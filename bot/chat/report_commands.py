@@ -19,7 +19,7 @@ from bot.chat.replies import (
     ReportSchedulesReply,
     ReportStoppedReply,
 )
-from bot.chat.reporting import Reporter
+from bot.chat.reporting import HostReview, Reporter
 from bot.chat.shared_replies import refused
 from bot.reports import Cadence, HostReport
 from bot.store.records import ReportSchedule
@@ -41,16 +41,15 @@ _NO_REPORTS = (
 )
 
 
-def _host_view(ctx: Context, reporter: Reporter, report: HostReport) -> HostReportView:
+def _host_view(ctx: Context, report: HostReport, review: HostReview) -> HostReportView:
     if not report.answered:
         return HostReportView(report)
-    advice = reporter.advise(report)
-    proposal = None
+    advice, proposal = review.advice, None
     if advice is not None:
         proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
     return HostReportView(
         report,
-        chart=reporter.chart(report),
+        chart=review.chart,
         proposal=proposal,
         evidence=None if advice is None else advice.evidence,
     )
@@ -68,8 +67,9 @@ def capacity_report(
     else:
         default = ctx.settings.default_host.name
         names = tuple(sorted(ctx.settings.host_names, key=lambda n: n != default))
-    reporter = ctx.reporter
-    views = tuple(_host_view(ctx, reporter, found) for found in reporter.gather(names))
+    reports = ctx.reporter.gather(names)
+    reviews = ctx.reporter.review(reports)
+    views = tuple(_host_view(ctx, r, review) for r, review in zip(reports, reviews, strict=True))
     return ReportReply(views, schedule)
 
 

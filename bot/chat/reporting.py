@@ -7,7 +7,7 @@ reporter gathers figures, draws charts, asks the planner and keeps schedules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
@@ -16,7 +16,7 @@ from bot.agent_json import PlannedChange
 from bot.reports import Cadence, HostReport
 from bot.store.records import ReportSchedule
 
-__all__ = ["Advice", "ChartImage", "Reporter"]
+__all__ = ["Advice", "ChartImage", "HostReview", "Reporter"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,15 @@ class Advice:
     current: str | None  # the setting now, as a person reads it
 
 
+@dataclass(frozen=True)
+class HostReview:
+    """What a host's stored samples say beside its report: its chart and any advice (both None
+    for a host that did not answer)."""
+
+    chart: ChartImage | None = None
+    advice: Advice | None = None
+
+
 class Reporter(Protocol):
     """Capacity reporting for the core's ``report`` commands; thread-safe."""
 
@@ -62,12 +71,10 @@ class Reporter(Protocol):
         """Every named host's report, asked in parallel; a silent host has ``problem`` set."""
         ...
 
-    def chart(self, report: HostReport) -> ChartImage | None:
-        """The host's trend chart from stored samples (None for a host that did not answer)."""
-        ...
-
-    def advise(self, report: HostReport) -> Advice | None:
-        """A planner-checked change the samples call for, or None when nothing is wrong."""
+    def review(self, reports: Sequence[HostReport]) -> tuple[HostReview, ...]:
+        """Each report's trend chart and a planner-checked change its samples call for, in the
+        reports' order, from one read of the stored samples (empty for a host that did not
+        answer)."""
         ...
 
     def schedule(

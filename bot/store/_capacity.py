@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import delete, func, select
@@ -45,6 +46,20 @@ class CapacityMixin(StoreBase):
             session.flush()
             return row.id
 
+    def add_capacity_samples(self, samples: Sequence[CapacitySample]) -> list[int]:
+        """Store ``samples`` in one transaction, all or none; their ids, in order.
+
+        One transaction, not one per sample: a report over 50 hosts stores 50 samples, and a
+        commit each (a sync of the SQLite file each) cost more than asking the 50 agents.
+        """
+        rows = [_sample_row(sample) for sample in samples]  # every sample checked before writing
+        if not rows:
+            return []
+        with self._write(f"store {len(rows)} capacity samples") as session:
+            session.add_all(rows)
+            session.flush()
+            return [row.id for row in rows]
+
     def capacity_samples(
         self, host: str, since: datetime, until: datetime | None = None
     ) -> list[CapacitySample]:
@@ -58,6 +73,27 @@ class CapacityMixin(StoreBase):
         query = query.order_by(CapacitySampleRow.at, CapacitySampleRow.id)
         with self._read("read capacity samples") as session:
             return [sample_record(row) for row in session.scalars(query)]
+
+    def capacity_samples_of(
+        self, hosts: Sequence[str], since: datetime, until: datetime | None = None
+    ) -> dict[str, list[CapacitySample]]:
+        """Each of ``hosts``' samples taken at or after ``since`` (and before ``until``), oldest
+        first, in one read (a report over 50 hosts made 50); every host named has a list."""
+        names = [v.text("host", host, HOST) for host in hosts]
+        found: dict[str, list[CapacitySample]] = {name: [] for name in names}
+        if not names:
+            return found
+        query = select(CapacitySampleRow).where(
+            CapacitySampleRow.host.in_(names),
+            CapacitySampleRow.at >= v.instant("since", since),
+        )
+        if until is not None:
+            query = query.where(CapacitySampleRow.at < v.instant("until", until))
+        query = query.order_by(CapacitySampleRow.at, CapacitySampleRow.id)
+        with self._read("read capacity samples") as session:
+            for row in session.scalars(query):
+                found[row.host].append(sample_record(row))
+        return found
 
     def delete_capacity_samples(self, before: datetime) -> int:
         """Delete every host's samples taken before ``before``; how many were deleted."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from bot.chat.agent_client import AgentClient
-from bot.chat.reporting import Advice, ChartImage
+from bot.chat.reporting import ChartImage, HostReview
 from bot.clock import Clock
 from bot.reports import (
     CHART_PX,
@@ -63,10 +63,8 @@ class ReportDesk:
     def gather(self, hosts: tuple[str, ...]) -> tuple[HostReport, ...]:
         """Every host's report now; what each answering host said is also stored as a sample."""
         reports = collect_reports(hosts, self._clients, self._source, self._clock)
-        for report in reports:
-            sample = sample_of(report)
-            if sample is not None:
-                self._store.add_capacity_sample(sample)
+        samples = [sample for sample in map(sample_of, reports) if sample is not None]
+        self._store.add_capacity_samples(samples)
         return reports
 
     def forget_old_samples(self) -> int:
@@ -80,10 +78,41 @@ class ReportDesk:
         since = now - timedelta(hours=self._settings.window_hours)
         return self._store.capacity_samples(host, since, now + timedelta(microseconds=1))
 
+    def review(self, reports: Sequence[HostReport]) -> tuple[HostReview, ...]:
+        """Each host's chart and advice, from one read of every answering host's samples."""
+        answered = [report for report in reports if report.answered]
+        if not answered:
+            return tuple(HostReview() for _ in reports)
+        window = timedelta(hours=self._settings.window_hours)
+        found = self._store.capacity_samples_of(
+            sorted({report.host for report in answered}),
+            min(report.at for report in answered) - window,
+            max(report.at for report in answered) + timedelta(microseconds=1),
+        )
+        reviews = []
+        for report in reports:
+            if not report.answered:
+                reviews.append(HostReview())
+                continue
+            since = report.at - window  # the chart's window ends at the report, as samples() reads
+            own = [s for s in found[report.host] if since <= s.at <= report.at]
+            reviews.append(self._review(report, own))
+        return tuple(reviews)
+
+    def _review(self, report: HostReport, samples: list[CapacitySample]) -> HostReview:
+        client = self._clients[report.host]
+        return HostReview(
+            chart=self._chart(report, samples),
+            advice=advise(report, samples, client, self._settings.rules, report.at),
+        )
+
     def chart(self, report: HostReport) -> ChartImage | None:
+        """The host's chart alone (for a front end or a bench that wants no advice)."""
         if not report.answered:
             return None
-        samples = self.samples(report.host, report.at)
+        return self._chart(report, self.samples(report.host, report.at))
+
+    def _chart(self, report: HostReport, samples: list[CapacitySample]) -> ChartImage:
         start = chart_window(samples, report.at, self._settings.window_hours)
         changes = tuple(c for c in report.changes if start <= c.at <= report.at)
         return ChartImage(
@@ -93,13 +122,6 @@ class ReportDesk:
             alt=alt_text(report.host, samples, changes),
             size_px=CHART_PX,
         )
-
-    def advise(self, report: HostReport) -> Advice | None:
-        if not report.answered:
-            return None
-        samples = self.samples(report.host, report.at)
-        client = self._clients[report.host]
-        return advise(report, samples, client, self._settings.rules, report.at)
 
     def _changed(self) -> None:
         if self.on_schedules_changed is not None:
