@@ -24,20 +24,13 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from bot.agent.config import AgentSettings, load_agent_settings
+from tests._ports import free_port as free_port
 from tests.agent.conftest import PYTHON
 
 TOKEN = "t0ken-for-tests-7f3a9c"
 TOKEN_ENV = "KIMI_AGENT_TOKEN"
 KIMI = "kimi-k25-8gpu"
 SMALL = "small-2gpu"
-
-
-def free_port() -> int:
-    """A port free right now (the OS picks it; nothing here uses a fixed port)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _toml(value: Any) -> str:

@@ -4,7 +4,6 @@ simulator's host facts (SimProbe), real SQLite state, and the API's FactsService
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,15 +21,10 @@ from bot.agent.engine.manager import OperationManager
 from bot.agent.service import build_service, make_control
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state import AgentState, OperationView, ProgressEvent
+from tests._ports import free_port as free_port
 
 # Real time at this scale: a small-profile start takes well under a second, the Kimi one ~7 s.
 FAST = "0.01"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def sim_command(port: int, *flags: str, tp: int = 2) -> list[str]:

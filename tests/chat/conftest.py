@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,19 +26,13 @@ import pytest
 from bot.settings import Secret
 from bot.sim import model_dir
 from bot.vocab import FINAL_OPERATION_STATES, OperationState
+from tests._ports import free_port as free_port
 
 PYTHON = sys.executable
 TOKEN = "chat-t0ken-4e1d"
 TOKEN_ENV = "KIMI_AGENT_TOKEN"
 KIMI = "kimi-k25-8gpu"
 SMALL = "small-2gpu"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)

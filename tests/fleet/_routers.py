@@ -7,7 +7,6 @@ machine needs only the package registry); :func:`router_python` runs it for one 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from bot.fleet.router import RouterApi
+from tests._ports import free_port as free_port
 
 HERE = Path(__file__).resolve().parent
 #: The release tested for each generation (pinned: each is a different Rust binary).
@@ -26,12 +26,6 @@ VERSIONS: dict[RouterApi, str] = {
     RouterApi.BY_ID: "0.3.2",
 }
 _built: dict[str, Path] = {}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def router_python(version: str) -> Path:

@@ -9,10 +9,11 @@ subprocess, with the stand-ins of ``standins/`` first on its ``PYTHONPATH``.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests._ports import free_port as free_port
 
 __all__ = [
     "DEVICE_TOKENS",
@@ -60,14 +61,6 @@ def locate_side_venv(environ: Mapping[str, str]) -> SideVenv:
             f"(or {SETUP.relative_to(HERE.parents[1])}) first"
         )
     return side
-
-
-def free_port() -> int:
-    """A port free right now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def server_argv(python: Path, model: Path, port: int, *hicache: str) -> list[str]:
