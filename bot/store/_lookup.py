@@ -15,7 +15,14 @@ from sqlalchemy.orm import Session
 
 from bot.errors import NotFound
 from bot.store import _validate as v
-from bot.store._models import Base, OperationRow, ProposalRow, ReportScheduleRow, RevisionRow
+from bot.store._models import (
+    Base,
+    OperationRow,
+    ProposalRow,
+    ReportScheduleRow,
+    RevisionRow,
+    RolloutRow,
+)
 
 __all__ = ["row_by_id"]
 
@@ -29,6 +36,7 @@ class _Named:
     id_name: str
     noun: str
     hint: str = ""
+    big: bool = True  # a BigInteger id; False for an Integer one (32-bit)
 
 
 _NAMES: dict[type[Base], _Named] = {
@@ -36,13 +44,14 @@ _NAMES: dict[type[Base], _Named] = {
     ProposalRow: _Named("proposal id", "proposal"),
     ReportScheduleRow: _Named("schedule id", "report schedule"),
     RevisionRow: _Named("revision id", "revision", "; `kimi-ops history` lists them"),
+    RolloutRow: _Named("rollout id", "rollout", big=False),
 }
 
 
 def row_by_id(session: Session, model: type[RowT], row_id: object, *, lock: bool = False) -> RowT:
     """The row of ``model`` whose id is ``row_id``, locked for update with ``lock``."""
     named = _NAMES[model]
-    rid = v.count(named.id_name, row_id, minimum=1)
+    rid = v.count(named.id_name, row_id, minimum=1, big=named.big)
     row = session.get(model, rid, with_for_update=lock or None)
     if row is None:
         raise NotFound(f"no {named.noun} {rid} is recorded{named.hint}")

@@ -15,9 +15,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot.errors import InputError, NotFound
+from bot.errors import InputError
 from bot.store import _validate as v
 from bot.store._base import StoreBase
+from bot.store._lookup import row_by_id
 from bot.store._models import CHANNEL, HOST, TS, USER, RolloutReplicaRow, RolloutRow
 from bot.store.records import (
     RolloutRecord,
@@ -94,13 +95,6 @@ def _checked_line(line: RolloutReplicaRecord) -> dict[str, object]:
     }
 
 
-def _get(session: Session, rollout_id: int) -> RolloutRow:
-    row = session.get(RolloutRow, v.count("rollout id", rollout_id, minimum=1, big=False))
-    if row is None:
-        raise NotFound(f"there is no rollout #{rollout_id}")
-    return row
-
-
 class RolloutsMixin(StoreBase):
     def record_rollout(
         self,
@@ -151,7 +145,7 @@ class RolloutsMixin(StoreBase):
 
     def rollout(self, rollout_id: int) -> RolloutRecord:
         with self._read("read a rollout") as session:
-            return _record(session, _get(session, rollout_id))
+            return _record(session, row_by_id(session, RolloutRow, rollout_id))
 
     def save_rollout(
         self,
@@ -166,7 +160,7 @@ class RolloutsMixin(StoreBase):
         the_state = v.member("rollout state", RolloutState, state)
         when = self._at(at)
         with self._write("save a rollout's progress") as session:
-            row = _get(session, rollout_id)
+            row = row_by_id(session, RolloutRow, rollout_id)
             rows = {
                 line.host: line
                 for line in session.scalars(
@@ -211,7 +205,7 @@ class RolloutsMixin(StoreBase):
         """One write: a rollout still proposed takes ``state`` and ``values``; any other is left
         as it stands (of two callers, the first wins and the second reads what it did)."""
         with self._write(doing) as session:
-            row = _get(session, rollout_id)
+            row = row_by_id(session, RolloutRow, rollout_id)
             if row.state == RolloutState.PROPOSED.value:
                 row.state = state.value
                 for name, value in values.items():
@@ -246,7 +240,7 @@ class RolloutsMixin(StoreBase):
     def set_rollout_message(self, rollout_id: int, channel: str, message_ts: str) -> None:
         """The message that shows the rollout (edited in place as it goes)."""
         with self._write("record a rollout's message") as session:
-            row = _get(session, rollout_id)
+            row = row_by_id(session, RolloutRow, rollout_id)
             row.channel = v.text("channel", channel, CHANNEL)
             row.message_ts = v.text("message ts", message_ts, TS)
 
@@ -282,4 +276,6 @@ class RolloutsMixin(StoreBase):
         )
         with self._read("read a proposal's rollout") as session:
             found = session.scalars(query.limit(1)).first()
-            return None if found is None else _record(session, _get(session, found))
+            return (
+                None if found is None else _record(session, row_by_id(session, RolloutRow, found))
+            )

@@ -135,9 +135,9 @@ def test_a_bad_rollout_is_refused_and_nothing_is_written(
 
 def test_an_unknown_rollout_is_not_found(store: Store) -> None:
     """Reading, saving or starting a rollout id nobody recorded says so by its number."""
-    with pytest.raises(NotFound, match="there is no rollout #9"):
+    with pytest.raises(NotFound, match="no rollout 9 is recorded"):
         store.rollout(9)
-    with pytest.raises(NotFound, match="there is no rollout #9"):
+    with pytest.raises(NotFound, match="no rollout 9 is recorded"):
         store.start_rollout(9, "U0ANA", AT)
 
 
@@ -177,7 +177,7 @@ def test_a_cancelled_proposal_ends_its_rollout_cancelled_once(store: Store) -> N
     assert store.start_rollout(record.id, "U0ANA", later).state is RolloutState.CANCELLED
     started = store.start_rollout(_proposed(store).id, "U0ANA", later)
     assert store.cancel_rollout(started.id, "cancelled by U0BEN", later) == started
-    with pytest.raises(NotFound, match="there is no rollout #999"):
+    with pytest.raises(NotFound, match="no rollout 999 is recorded"):
         store.cancel_rollout(999, "cancelled by U0BEN", later)
 
 
