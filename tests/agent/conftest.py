@@ -59,6 +59,11 @@ def spawn() -> Iterator[Spawn]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 member.kill()
         process.wait(timeout=10)
+        # A pipe the test asked for is closed here, not left to the garbage collector, whose
+        # ResourceWarning would fail whichever test of this worker runs when it collects.
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def wait_until(
