@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _ports import free_port
 from _report import BenchLine
 
 from bot.agent.config import AgentSettings, agent_settings_from_config
@@ -53,14 +54,6 @@ RATE_MB_S = 5.0  # the log rate the targets are set at
 CPU_PERCENT = 5.0  # targets: at most 5% of a core, RSS under 120 MB (1e6 bytes), and flat:
 RSS_MB = 120.0
 FLAT_MB = 5.0  # what "flat" allows: the end of the window no more than 5 MB above its start
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _settings(tmp: Path, command: list[str], env: dict[str, str], **extra: Any) -> AgentSettings:
@@ -113,7 +106,7 @@ class _Tailer(threading.Thread):
 def ready_latency(starts: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kimi-bench-") as tmp_text:
         tmp = Path(tmp_text)
-        port = _free_port()
+        port = free_port()
         command = [sys.executable, "-m", "bot.sim", "--model-path", "/models/m", "--tp", "2",
                    "--port", str(port), "--mem-fraction-static", "0.7",
                    "--enable-hierarchical-cache", "--hicache-ratio", "2"]  # fmt: skip

@@ -47,6 +47,7 @@ from typing import Any
 import httpx
 import uvicorn
 from _agent_stand_in import agent_stand_in
+from _ports import free_port
 from _report import BenchLine, median
 
 from bot.agent.config import agent_settings_from_config
@@ -69,12 +70,6 @@ STAND_IN_DELAY_S = 0.1
 
 
 # -- the agents' process ------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _agent_section(root: Path, n: int, port: int) -> dict[str, Any]:
@@ -116,7 +111,7 @@ def _served(service: AgentService) -> Iterator[str]:
 def serve_agents(root: Path, count: int) -> None:
     """The child: ``count`` agents on one simulated server; their URLs to ``root/urls.json``;
     serves until its stdin closes."""
-    port = _free_port()
+    port = free_port()
     environ = {TOKEN_ENV: TOKEN}
     settings = [
         agent_settings_from_config({"agent": _agent_section(root, n, port)}, environ)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import socket
 import sys
 import tempfile
 import threading
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import psutil
+from _ports import free_port
 from _report import BenchLine, median
 
 from bot.agent.config import agent_settings_from_config
@@ -33,12 +33,6 @@ from bot.vocab import FailureKind, OperationKind, OperationState
 
 ALLOCATING = b"GB host memory for hierarchical KV cache"
 TARGET_MS = 1000.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TreeWatch(threading.Thread):
@@ -85,7 +79,7 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def _service(tmp: Path) -> AgentService:
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "bot.sim", "--model-path", "/models/m", "--tp", "2",
                "--port", str(port), "--mem-fraction-static", "0.7"]  # fmt: skip
     env = {"KIMI_SIM_PROFILE": "small-2gpu", "KIMI_SIM_TIME_SCALE": "0.01",

@@ -35,7 +35,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _ports import free_port
 from _report import BenchLine, median, percentile
 from slack_bolt import Ack, App
 from slack_sdk import WebClient
@@ -76,18 +76,12 @@ PIN_S = 44.77 / 2.0  # ratio 4's 44.77 GB per rank pinned at the profile's 2 GB/
 FIFTEEN_MIN_PIN = 1 + 75 / PIN_S
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def agent_on_sim(root: Path, scale: float, fail: str = "") -> Iterator[str]:
     """An agent (process backend, simulator probe) on the field notes' host serving
     ``--hicache-size 48``; yields its URL and kills agent and simulator on exit."""
     root.mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     command = [PYTHON, "-m", "bot.sim", "--model-path", str(model_dir("kimi-k25-8gpu"))]
     command += ["--tp", "8", "--port", str(port), "--enable-hierarchical-cache"]
     agent = {
