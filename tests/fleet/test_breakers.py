@@ -88,7 +88,7 @@ def test_the_breakers_are_read_from_the_router_s_default_metrics_port() -> None:
     """With no router_metrics set, the export is asked at the router's host on port 29000."""
     seen: list[str] = []
     with _client(SMG_032, seen) as client:
-        assert client.breakers() == breaker_states(SMG_032)
+        assert client.breakers() == {A: Breaker.OPEN, B: Breaker.CLOSED, C: Breaker.HALF_OPEN}
     assert "http://router.test:29000/metrics" in seen
     assert default_metrics_url("http://[::1]:30000") == "http://[::1]:29000/metrics"
 
