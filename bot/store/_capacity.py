@@ -64,15 +64,8 @@ class CapacityMixin(StoreBase):
         self, host: str, since: datetime, until: datetime | None = None
     ) -> list[CapacitySample]:
         """Samples of ``host`` taken at or after ``since`` (and before ``until``), oldest first."""
-        query = select(CapacitySampleRow).where(
-            CapacitySampleRow.host == v.text("host", host, HOST),
-            CapacitySampleRow.at >= v.instant("since", since),
-        )
-        if until is not None:
-            query = query.where(CapacitySampleRow.at < v.instant("until", until))
-        query = query.order_by(CapacitySampleRow.at, CapacitySampleRow.id)
-        with self._read("read capacity samples") as session:
-            return [sample_record(row) for row in session.scalars(query)]
+        (samples,) = self.capacity_samples_of([host], since, until).values()
+        return samples
 
     def capacity_samples_of(
         self, hosts: Sequence[str], since: datetime, until: datetime | None = None
