@@ -5,6 +5,9 @@ another worker before the server meant for it binds: that server then fails to s
 test talks to the other worker's server on the same port. Each worker hands out ports from its
 own range, in turn, below Linux's ephemeral range (32768-60999), where neither another worker
 nor an outgoing connection or a server bound to port 0 takes them.
+
+``KIMI_TEST_PORT_BASE`` moves the whole block of ranges, so two checkouts whose suites run at the
+same time on one machine (two worktrees) hand out ports from blocks that do not overlap.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from collections.abc import Iterator
 
 __all__ = ["free_port"]
 
-_BASE, _SPAN, _WORKERS = 10_000, 2_000, 8
+_BASE = int(os.environ.get("KIMI_TEST_PORT_BASE", "10000"))
+_SPAN, _WORKERS = 2_000, 8
 
 
 def _worker_index() -> int:
@@ -28,6 +32,8 @@ def _worker_index() -> int:
 
 def _candidates() -> Iterator[int]:
     low = _BASE + _worker_index() * _SPAN
+    if low + _SPAN > 32_768:
+        raise RuntimeError(f"KIMI_TEST_PORT_BASE={_BASE} puts worker ports in the ephemeral range")
     start = random.randrange(_SPAN)  # a restarted worker does not replay its predecessor's ports
     for step in itertools.count():
         yield low + (start + step) % _SPAN
