@@ -21,6 +21,18 @@ from bot.planner._estimate import (
     estimate_device_pool,
 )
 from bot.planner._eta import DEFAULT_PIN_SECONDS_PER_GB, StartSample, estimate_startup_seconds
+from bot.planner._host_pools import (
+    DisaggregationMode,
+    HostMemoryMode,
+    HostPoolFlags,
+    HostPoolPlan,
+    HybridPools,
+    MooncakeSegment,
+    StorageBackend,
+    default_ratio,
+    mooncake_segment,
+    parse_extra_config,
+)
 from bot.planner._kv_shape import KvShape, element_bytes, kv_shape_from_config
 from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._plan import (
@@ -57,17 +69,25 @@ __all__ = [
     "DevicePool",
     "DevicePoolEstimate",
     "DevicePoolSource",
+    "DisaggregationMode",
     "GiB",
     "HostExtra",
     "HostMemory",
+    "HostMemoryMode",
+    "HostPoolFlags",
+    "HostPoolPlan",
     "HostPoolSize",
+    "HybridPools",
     "KvShape",
+    "MooncakeSegment",
     "Plan",
     "SGLangVersion",
     "ServerFacts",
     "StartSample",
+    "StorageBackend",
     "Verdict",
     "default_mem_fraction_static",
+    "default_ratio",
     "element_bytes",
     "estimate_device_pool",
     "estimate_startup_seconds",
@@ -76,5 +96,7 @@ __all__ = [
     "host_tokens_for_ratio",
     "kv_shape_from_config",
     "make_plan",
+    "mooncake_segment",
+    "parse_extra_config",
     "resolve_bytes_per_token",
 ]
