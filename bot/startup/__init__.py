@@ -25,6 +25,8 @@ from bot.startup.events import (
     PoolKind,
     RankSeen,
     ShardProgress,
+    SlidingWindowPool,
+    SlidingWindowSplit,
 )
 from bot.startup.parser import StartupParser
 from bot.startup.report import (
@@ -32,6 +34,7 @@ from bot.startup.report import (
     PhaseSpan,
     PoolFigures,
     ReportBuilder,
+    SlidingWindowFigures,
     StartupReport,
     build_report,
     classify_pools,
@@ -57,6 +60,9 @@ __all__ = [
     "RankSeen",
     "ReportBuilder",
     "ShardProgress",
+    "SlidingWindowFigures",
+    "SlidingWindowPool",
+    "SlidingWindowSplit",
     "StartupParser",
     "StartupReport",
     "build_report",

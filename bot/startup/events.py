@@ -31,6 +31,8 @@ __all__ = [
     "PoolKind",
     "RankSeen",
     "ShardProgress",
+    "SlidingWindowPool",
+    "SlidingWindowSplit",
 ]
 
 
@@ -179,6 +181,36 @@ class HostPool:
     line: str
 
 
+@dataclass(frozen=True, slots=True)
+class SlidingWindowSplit:
+    """A hybrid sliding-window model's two device pools of one rank, as sized before they are
+    built (0.5.23): ``Use sliding window memory pool. full_layer_tokens=32997,
+    swa_layer_tokens=26397`` gives ``full_tokens=32997, swa_tokens=26397``. A model whose layers
+    are all sliding-window logs ``(all SWA). swa_layer_tokens=26397``: ``full_tokens=0``."""
+
+    rank: str | None
+    full_tokens: int
+    swa_tokens: int
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindowPool:
+    """Both pools of a hybrid sliding-window model's rank, built: ``SWAKVPool mem usage: 5.14
+    GB, swa size: 26397, full size: 32997`` gives ``kv_gib=5.14, swa_tokens=26397,
+    full_tokens=32997`` (GiB, K and V of both pools, two decimals). ``upper_bound`` is true for
+    ``SWAKVPool VA upper bound: ...``, the address space reserved before post-capture sizing."""
+
+    rank: str | None
+    kv_gib: float
+    swa_tokens: int
+    full_tokens: int
+    upper_bound: bool
+    at: datetime | None
+    line: str
+
+
 #: ``HostPool.pool`` of the HiCache KV host pool (the one ``--hicache-ratio``/``-size`` sizes).
 KV_HOST_POOL = "kv"
 
@@ -216,5 +248,7 @@ Event = (
     | DevicePool
     | HostPool
     | MaxTotalTokens
+    | SlidingWindowSplit
+    | SlidingWindowPool
     | FailureSeen
 )

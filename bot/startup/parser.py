@@ -33,6 +33,8 @@ from bot.startup._patterns import (
     SERVER_ARGS,
     SHARDS,
     SKIP_LINE,
+    SWA_POOL,
+    SWA_SPLIT,
     WORTH_READING,
 )
 from bot.startup.events import (
@@ -49,6 +51,8 @@ from bot.startup.events import (
     PhaseStarted,
     RankSeen,
     ShardProgress,
+    SlidingWindowPool,
+    SlidingWindowSplit,
 )
 
 __all__ = ["StartupParser"]
@@ -217,6 +221,24 @@ class StartupParser:
             return True
         if "Allocating " in message and "host" in message:
             return self._host_pool(message, line, rank, at, out)
+        if "sliding window memory pool" in message:
+            if (split := SWA_SPLIT.search(message)) is None:
+                return False
+            self._enter(Phase.KV_POOL, at, rank, line, out)
+            full = 0 if split.group(1) is None else int(split.group(1))
+            out.append(SlidingWindowSplit(rank, full, int(split.group(2)), at, line))
+            return True
+        if "SWAKVPool " in message:
+            if (usage := SWA_POOL.search(message)) is None:
+                return False
+            self._enter(Phase.KV_POOL, at, rank, line, out)
+            bound, gib, swa, full = usage.groups()
+            out.append(
+                SlidingWindowPool(
+                    rank, float(gib), int(swa), int(full), bound == "VA upper bound", at, line
+                )
+            )
+            return True
         if "max_total_num_tokens=" in message:
             match = MAX_TOTAL.search(message)
             if match is not None:
