@@ -30,6 +30,7 @@ from bot.planner._host_pools import (
     MooncakeSegment,
     StorageBackend,
     default_ratio,
+    hybrid_pools_from_log,
     mooncake_segment,
     parse_extra_config,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "host_pool_for_ratio",
     "host_pool_for_size",
     "host_tokens_for_ratio",
+    "hybrid_pools_from_log",
     "kv_shape_from_config",
     "make_plan",
     "mooncake_segment",

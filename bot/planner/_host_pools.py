@@ -47,6 +47,7 @@ __all__ = [
     "default_ratio",
     "hybrid_pools_for_ratio",
     "hybrid_pools_for_size",
+    "hybrid_pools_from_log",
     "mooncake_segment",
     "parse_segment_size",
     "rejected_by_sglang",
@@ -294,6 +295,36 @@ def default_ratio(
         f"the decode retraction backup's ratio, raised from 0.2 to {floor:.3f} so the longest "
         f"request ({tokens:,} tokens{known}) fits"
     )
+
+
+def hybrid_pools_from_log(
+    full_tokens: int,
+    swa_tokens: int,
+    full_kv_gib: float | None,
+    swa_kv_gib: float | None,
+    kv_gib: float | None,
+    page_size: int,
+) -> HybridPools | None:
+    """A hybrid model's pools from its start's log: each pool's bytes per token at the top of
+    its logged GiB's rounding (``Full KV Cache is allocated. ...``, ``SWA KV Cache ...``), or,
+    when only ``SWAKVPool mem usage`` is logged, the whole size over each pool's rows (more
+    than either pool has: the side that counts more RAM). None when no size is logged or a
+    pool is empty (all sliding-window layers)."""
+    if full_tokens < 1 or swa_tokens < 1:
+        return None
+
+    def top(gib: float | None, tokens: int) -> int | None:
+        if gib is None or gib <= 0:
+            return None
+        return math.ceil((gib + 0.005) * GiB / (tokens + page_size))
+
+    full = top(full_kv_gib, full_tokens)
+    swa = top(swa_kv_gib, swa_tokens)
+    if full is None or swa is None:
+        full, swa = top(kv_gib, full_tokens), top(kv_gib, swa_tokens)
+    if full is None or swa is None:
+        return None
+    return HybridPools(full_tokens, swa_tokens, full, swa)
 
 
 def hybrid_pools_for_ratio(

@@ -225,17 +225,23 @@ class StartupParser:
             if (split := SWA_SPLIT.search(message)) is None:
                 return False
             self._enter(Phase.KV_POOL, at, rank, line, out)
-            full = 0 if split.group(1) is None else int(split.group(1))
-            out.append(SlidingWindowSplit(rank, full, int(split.group(2)), at, line))
+            full_layer = 0 if split.group(1) is None else int(split.group(1))
+            out.append(SlidingWindowSplit(rank, full_layer, int(split.group(2)), at, line))
             return True
         if "SWAKVPool " in message:
             if (usage := SWA_POOL.search(message)) is None:
                 return False
             self._enter(Phase.KV_POOL, at, rank, line, out)
-            bound, gib, swa, full = usage.groups()
+            bound, gib, swa_size, full_size = usage.groups()
             out.append(
                 SlidingWindowPool(
-                    rank, float(gib), int(swa), int(full), bound == "VA upper bound", at, line
+                    rank,
+                    float(gib),
+                    int(swa_size),
+                    int(full_size),
+                    bound == "VA upper bound",
+                    at,
+                    line,
                 )
             )
             return True

@@ -169,6 +169,10 @@ def test_a_label_before_kv_cache_is_kept() -> None:
         ("hybrid_swa_v0.5.23.log", "other 120,344 tokens, 16.52 GiB; target 150,430 tokens"),
         ("dsa_indexer_v0.5.23.log", "host DSA indexer GB per rank: 29.02 on each of 4 ranks"),
         ("single_rank_no_tokens_v0.4.log", "ranks: 1 (no rank prefix: a single-process server)"),
+        (
+            "hybrid_swa_pools_v0.5.23.log",
+            "full-attention pool 32,997 tokens, sliding-window pool 26,397 tokens, 1.02 GiB",
+        ),
     ],
 )
 def test_text_report_shows_the_new_figures(

@@ -95,6 +95,7 @@ def plan_on(
         device_memory=device,
         device_pool_missing=device_missing,
         host_pool_flags=_flags_of(snap, server_environ),
+        hybrid_pools=capacity.hybrid_pools,
     )
     plan = make_plan(request, server, memory, headroom_gb=headroom_gb, history=history)
     return replace(plan, notes=(*plan.notes, guard_note(snap.guard, plan.budget_bytes)))
