@@ -22,6 +22,7 @@ from bot.planner._estimate import (
 )
 from bot.planner._eta import DEFAULT_PIN_SECONDS_PER_GB, StartSample, estimate_startup_seconds
 from bot.planner._host_pools import (
+    SWA_POOL,
     DisaggregationMode,
     HostMemoryMode,
     HostPoolFlags,
@@ -63,6 +64,7 @@ __all__ = [
     "ESTIMATE_MARGIN",
     "GB",
     "SGLANG_HOST_RESERVE_BYTES",
+    "SWA_POOL",
     "BytesPerToken",
     "BytesSource",
     "ChangeRequest",

@@ -36,6 +36,7 @@ __all__ = [
     "BACKUP_ONLY_RATIO",
     "BUFFER_ONLY_RATIO",
     "DEFAULT_RATIO",
+    "SWA_POOL",
     "DisaggregationMode",
     "HostMemoryMode",
     "HostPoolFlags",
@@ -54,6 +55,9 @@ __all__ = [
     "retraction_backup",
     "unknown_configuration",
 ]
+
+#: The sliding-window host pool's name, as 0.5.23 labels it in its log ("Allocating swa ...").
+SWA_POOL = "swa"
 
 #: ``--hicache-ratio`` when none is given, by what the host pool is for.
 DEFAULT_RATIO = 2.0

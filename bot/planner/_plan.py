@@ -33,6 +33,7 @@ from bot.planner._estimate import DevicePoolEstimate, DevicePoolSource
 from bot.planner._eta import StartSample, estimate_startup_seconds
 from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num, with_estimated_pool
 from bot.planner._host_pools import (
+    SWA_POOL,
     HostPoolPlan,
     hybrid_pools_for_ratio,
     hybrid_pools_for_size,
@@ -460,7 +461,7 @@ def _rank_pools(
             HostPoolPlan("KV", full.bytes, full.tokens, f"full-attention, {setting}{split}")
         )
         pools.append(
-            HostPoolPlan("SWA KV", swa.bytes, swa.tokens, f"sliding-window, {setting}{split}")
+            HostPoolPlan(SWA_POOL, swa.bytes, swa.tokens, f"sliding-window, {setting}{split}")
         )
     else:
         pools.append(HostPoolPlan("KV", size.bytes, size.tokens, ""))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bot.startup._file import read_startup_report
 from bot.startup.events import (
+    HYBRID_SWA_HOST_POOL,
     KV_HOST_POOL,
     DevicePool,
     Dialect,
@@ -41,6 +42,7 @@ from bot.startup.report import (
 )
 
 __all__ = [
+    "HYBRID_SWA_HOST_POOL",
     "KV_HOST_POOL",
     "DevicePool",
     "Dialect",

@@ -16,6 +16,8 @@ from enum import StrEnum
 from bot.vocab import FailureKind
 
 __all__ = [
+    "HYBRID_FULL_HOST_POOL",
+    "HYBRID_SWA_HOST_POOL",
     "KV_HOST_POOL",
     "DevicePool",
     "Dialect",
@@ -170,7 +172,9 @@ class HostPool:
     48.00 GB host memory.`` gives ``gb=48.0, tokens=683061, pool="kv"``; a DSA indexer's
     ``Allocating 29.02 GB host memory for DSA indexer (layout=page_first).`` gives ``gb=29.02,
     pool="DSA indexer"``. GB here is 1e9 bytes, as logged. ``pool`` is ``"kv"`` (``KV_HOST_POOL``)
-    for the HiCache KV pool, and another allocation's name otherwise: it is RAM all the same.
+    for the HiCache KV pool, and another allocation's name otherwise: it is RAM all the same. A
+    hybrid sliding-window model's ``Allocating full hierarchical KV host pool: ...`` is its KV
+    pool (``"kv"``); ``Allocating swa ...`` gives ``pool="swa"``.
     """
 
     rank: str | None
@@ -213,6 +217,10 @@ class SlidingWindowPool:
 
 #: ``HostPool.pool`` of the HiCache KV host pool (the one ``--hicache-ratio``/``-size`` sizes).
 KV_HOST_POOL = "kv"
+#: 0.5.23's label of a hybrid sliding-window model's full-attention host pool, its KV pool.
+HYBRID_FULL_HOST_POOL = "full"
+#: 0.5.23's label of a hybrid sliding-window model's sliding-window host pool.
+HYBRID_SWA_HOST_POOL = "swa"
 
 
 @dataclass(frozen=True, slots=True)

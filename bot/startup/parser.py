@@ -38,6 +38,7 @@ from bot.startup._patterns import (
     WORTH_READING,
 )
 from bot.startup.events import (
+    HYBRID_FULL_HOST_POOL,
     KV_HOST_POOL,
     PHASE_ORDER,
     DevicePool,
@@ -296,6 +297,10 @@ class StartupParser:
         dialect: Dialect | None
         if new is not None:
             pool, tokens, gb = new.group(1), int(new.group(2)), float(new.group(3))
+            if pool == HYBRID_FULL_HOST_POOL:
+                # A hybrid model's full-attention pool anchors its KV host pool: the one the
+                # ratio and size name, as "kv" is for any other model.
+                pool = KV_HOST_POOL
             dialect = Dialect.V0_5_23
         elif (old := HOST_POOL_OLD.search(message)) is not None:
             pool, tokens, gb = KV_HOST_POOL, None, float(old.group(1))

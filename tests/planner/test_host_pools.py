@@ -58,10 +58,10 @@ def test_ratio_2_on_a_hybrid_model_gives_each_pool_twice_its_own_tokens() -> Non
     int(26,397 x 2) + 1 at 4,608 B; the rank needs both, and the sentence shows both."""
     plan = make_plan(ChangeRequest(ratio=2), hybrid_server(), PLENTY)
     full, swa = 65995 * 9216, 52795 * 4608
-    assert pools(plan) == {"KV": full, "SWA KV": swa}
+    assert pools(plan) == {"KV": full, "swa": swa}
     assert plan.per_rank_total_bytes == full + swa
     assert plan.total_bytes == 4 * (full + swa)
-    assert f"{swa / GB:.2f} GB SWA KV" in plan.reason
+    assert f"{swa / GB:.2f} GB swa" in plan.reason
 
 
 def test_size_10_on_0_5_23_splits_the_10_gb_by_the_pools_device_bytes() -> None:
@@ -69,7 +69,7 @@ def test_size_10_on_0_5_23_splits_the_10_gb_by_the_pools_device_bytes() -> None:
     (7.1429 GB: 775,053 tokens with the extra page) and the sliding-window pool the rest
     (620,033 tokens): 10 GB per rank in all, plus the two extra pages."""
     plan = make_plan(ChangeRequest(size_gb=10), hybrid_server(), PLENTY)
-    assert pools(plan) == {"KV": 775053 * 9216, "SWA KV": 620033 * 4608}
+    assert pools(plan) == {"KV": 775053 * 9216, "swa": 620033 * 4608}
     assert plan.per_rank_total_bytes == 10_000_000_512
 
 
@@ -77,7 +77,7 @@ def test_size_10_before_0_5_23_gives_10_gb_to_each_pool() -> None:
     """0.5.9 gives each pool the whole 10 GB: 10e9 // 9,216 + 1 and 10e9 // 4,608 + 1 tokens,
     20 GB per rank, which the budget must count."""
     plan = make_plan(ChangeRequest(size_gb=10), hybrid_server(V059), PLENTY)
-    assert pools(plan) == {"KV": 1085070 * 9216, "SWA KV": 2170139 * 4608}
+    assert pools(plan) == {"KV": 1085070 * 9216, "swa": 2170139 * 4608}
     tight = HostMemory(available_bytes=(10 + 40) * GB + 10 * GiB + 4 * 15 * GB)
     assert make_plan(ChangeRequest(size_gb=10), hybrid_server(V059), tight).fits is False
     assert make_plan(ChangeRequest(size_gb=10), hybrid_server(V0523), tight).fits is True
@@ -277,6 +277,6 @@ def test_the_plan_dict_lists_each_pool_with_its_rule() -> None:
 
     data = make_plan(ChangeRequest(ratio=2), hybrid_server(), PLENTY).to_dict()
     json.dumps(data)
-    assert [pool["name"] for pool in data["host_pools"]] == ["KV", "SWA KV"]
+    assert [pool["name"] for pool in data["host_pools"]] == ["KV", "swa"]
     assert data["host_pools"][1]["tokens"] == 52795
-    assert data["host_extra_bytes_per_rank"] == {"SWA KV": 52795 * 4608}
+    assert data["host_extra_bytes_per_rank"] == {"swa": 52795 * 4608}

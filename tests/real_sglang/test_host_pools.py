@@ -162,7 +162,7 @@ def test_a_hybrid_models_size_split_is_sglangs_to_the_byte(sglang: list[dict[str
         hybrid_pools=HYBRID,
     )
     plan = make_plan(ChangeRequest(size_gb=10), server, PLENTY)
-    for name, key in (("KV", "full"), ("SWA KV", "swa")):
+    for name, key in (("KV", "full"), ("swa", "swa")):
         pool = answer[key]
         assert _tokens_bytes(plan, name) == (
             pool["tokens"],
@@ -181,7 +181,7 @@ def test_a_hybrid_models_ratio_pools_are_sglangs(sglang: list[dict[str, Any]]) -
     )
     plan = make_plan(ChangeRequest(ratio=2), server, PLENTY)
     assert _tokens_bytes(plan, "KV")[0] == answer["full"]["tokens"]
-    assert _tokens_bytes(plan, "SWA KV")[0] == answer["swa"]["tokens"]
+    assert _tokens_bytes(plan, "swa")[0] == answer["swa"]["tokens"]
 
 
 def test_the_decode_retraction_backup_is_sglangs(sglang: list[dict[str, Any]]) -> None:

@@ -87,6 +87,10 @@ def test_a_hybrid_models_sliding_window_lines_give_both_device_pools() -> None:
         (PoolKind.OTHER, 26397, "SWA"),
     ]
     assert report.host_total_gb_per_rank == {"TP0": 2.19, "TP1": 2.19}
+    # The full-attention pool ("Allocating full ...") is the KV host pool; "swa" beside it.
+    assert report.host_gb_per_rank == {"TP0": 1.22, "TP1": 1.22}
+    assert report.host_tokens_per_rank == {"TP0": 65995, "TP1": 65995}
+    assert report.host_extra_gb_per_rank == {"TP0": {"swa": 0.97}, "TP1": {"swa": 0.97}}
     assert report.to_dict()["sliding_window"]["swa_tokens"] == 26397
 
 

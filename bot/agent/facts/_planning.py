@@ -24,6 +24,7 @@ from bot.agent.facts._values import FactsSnapshot
 from bot.agent.host.probe import GpuFacts
 from bot.errors import CommandLineError, PlanInputError, ProbeError
 from bot.planner import (
+    SWA_POOL,
     ChangeRequest,
     DeviceMemory,
     DevicePool,
@@ -90,7 +91,12 @@ def plan_on(
         if draft is None
         else f"a draft model's pool of {draft:.2f} GiB per rank beside it is not multiplied",
         device_pool_undecided=capacity.device_pool_undecided,
-        host_extras=capacity.host_extras,
+        # A hybrid model's logged sliding-window host pool is planned as its own pool.
+        host_extras=tuple(
+            extra
+            for extra in capacity.host_extras
+            if capacity.hybrid_pools is None or extra.name != SWA_POOL
+        ),
         device_pool_source=capacity.source,
         device_memory=device,
         device_pool_missing=device_missing,
