@@ -104,6 +104,17 @@ def _cases(side: SideVenv) -> list[dict[str, Any]]:
         },
         {"shape": "mooncake", "extra_config": MOONCAKE_EXTRA, "tp_size": 8, "pp_size": 1},
         {"shape": "mooncake", "environ": MOONCAKE_ENV, "tp_size": 2, "pp_size": 2},
+        {
+            "shape": "hybrid",
+            "args": {**base, "enable_hierarchical_cache": True, "hicache_size": 7, "page_size": 16},
+            "device": {**HYBRID_DEVICE, "size": 32992, "size_swa": 26384, "page_size": 16},
+        },
+        {
+            "shape": "decode",
+            "args": {**base, **DECODE, "page_size": 16},
+            "device": {**DEVICE, "size": 20000, "page_size": 16},
+            "max_context_len": 8196,
+        },
     ]
 
 
@@ -247,3 +258,34 @@ def test_mooncakes_segment_per_rank_is_sglangs(
     )
     plan = make_plan(ChangeRequest(size_gb=1), server, PLENTY)
     assert _tokens_bytes(plan, "Mooncake segment")[1] == sglang[index]["segment_per_rank"]
+
+
+def test_pages_of_16_round_the_hybrid_split_and_the_backup_floor_as_sglang(
+    sglang: list[dict[str, Any]],
+) -> None:
+    """Pages of 16: the hybrid split of 7 GB and the retraction floor's ceil_align (8,195 up
+    to 8,208 tokens) give SGLang's page-aligned pools, to the token."""
+    hybrid, decode = sglang[7], sglang[8]
+    pools = HybridPools(32992, 26384, 1024, 3072)
+    server = ServerFacts(
+        ranks=1,
+        device_pool=DevicePool(tokens=32992, bytes_per_token=1024),
+        page_size=16,
+        version=V0523,
+        hybrid_pools=pools,
+    )
+    plan = make_plan(ChangeRequest(size_gb=7), server, PLENTY)
+    assert _tokens_bytes(plan, "KV")[0] == hybrid["full"]["tokens"]
+    assert _tokens_bytes(plan, "swa")[0] == hybrid["swa"]["tokens"]
+    flags = HostPoolFlags(disaggregation_mode="decode")
+    ratio, _ = default_ratio(flags, False, "MHA", 20000, 8196 - 1, page_size=16)
+    assert ratio == decode["ratio"]
+    backup = ServerFacts(
+        ranks=1,
+        device_pool=DevicePool(tokens=20000, bytes_per_token=PER_TOKEN),
+        page_size=16,
+        version=V0523,
+        host_pool_flags=flags,
+    )
+    plan = make_plan(ChangeRequest(ratio=ratio), backup, PLENTY)
+    assert _tokens_bytes(plan, "KV")[0] == decode["kv"]["tokens"]
