@@ -4,8 +4,14 @@ divided by."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
+
 from bot.agent.cmdline import HostPoolArgs, Topology
 from bot.agent.facts._planning import host_pool_flags
+from bot.agent.http.app import create_app
+from bot.agent.service import build_service
 from bot.planner import (
     GB,
     ChangeRequest,
@@ -16,6 +22,7 @@ from bot.planner import (
     make_plan,
 )
 from bot.vocab import RefusedBy
+from tests.agent._api_helpers import agent_settings, auth, serve_in_thread, tree_listing
 
 GiB = 1024**3
 
@@ -72,3 +79,34 @@ def test_an_unreadable_extra_config_is_a_problem_not_a_missing_pool() -> None:
     assert flags.mooncake.global_bytes is None
     assert flags.mooncake.problem is not None
     assert "not JSON" in flags.mooncake.problem
+
+
+def test_a_resize_on_an_unknown_storage_backend_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Through the agent's API, a resize of a server on ``--hicache-storage-backend hf3fs`` is
+    refused (422) naming the backend; the state directory is byte-for-byte the same and no
+    operation or server was started."""
+    hicache = ("--enable-hierarchical-cache", "--hicache-ratio", "2")
+    settings = agent_settings(tmp_path, hicache=(*hicache, "--hicache-storage-backend", "hf3fs"))
+    service = build_service(settings)
+    try:
+        with (
+            serve_in_thread(create_app(service)) as url,
+            httpx.Client(base_url=url, timeout=30) as http,
+        ):
+            http.get("/v1/status", headers=auth())  # the first read stores the command
+            state = settings.state_dir
+            before = {k: v for k, v in tree_listing(state).items() if not k.endswith("-shm")}
+            body = {"kind": "resize", "size_gb": 30, "actor": "ana"}
+            response = http.post("/v1/operations", json=body, headers=auth())
+            assert response.status_code == 422, response.text
+            assert "'hf3fs'" in response.text
+            after = {k: v for k, v in tree_listing(state).items() if not k.endswith("-shm")}
+            assert after == before
+            assert http.get("/v1/operations", headers=auth()).json() == {"operations": []}
+            assert service.manager.control.status().main_pid is None
+    finally:
+        service.manager.close()
+        service.manager.control.stop(grace_s=5)
+        service.close()
