@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bot.planner import (
     GB,
@@ -31,6 +33,7 @@ from bot.planner._host_pools import (
     parse_segment_size,
 )
 from bot.vocab import RefusedBy
+from tests._examples import examples
 
 GiB = 1024**3
 PLENTY = HostMemory(available_bytes=2000 * GB)
@@ -280,3 +283,31 @@ def test_the_plan_dict_lists_each_pool_with_its_rule() -> None:
     assert [pool["name"] for pool in data["host_pools"]] == ["KV", "swa"]
     assert data["host_pools"][1]["tokens"] == 52795
     assert data["host_extra_bytes_per_rank"] == {"swa": 52795 * 4608}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    size=st.integers(1, 500),
+    page=st.sampled_from([1, 16, 64]),
+    full=st.integers(1, 2_000_000),
+    swa=st.integers(1, 2_000_000),
+    full_bpt=st.integers(1, 200_000),
+    swa_bpt=st.integers(1, 200_000),
+)
+def test_a_hybrid_size_is_n_gb_in_all_from_0_5_23_and_n_gb_each_before(
+    size: int, page: int, full: int, swa: int, full_bpt: int, swa_bpt: int
+) -> None:
+    """0.5.23's split keeps the rank at N GB, plus at most a page of each pool; before 0.5.23
+    each pool alone holds at least N GB."""
+    pools = HybridPools(full, swa, full_bpt, swa_bpt)
+    pool = DevicePool(tokens=full, bytes_per_token=full_bpt)
+    split = ServerFacts(
+        ranks=1, device_pool=pool, page_size=page, version=V0523, hybrid_pools=pools
+    )
+    total = make_plan(ChangeRequest(size_gb=size), split, PLENTY).per_rank_total_bytes
+    assert total is not None
+    assert size * GB - 1 <= total <= size * GB + page * (full_bpt + swa_bpt)
+    each = dataclasses.replace(split, version=V059)
+    named = make_plan(ChangeRequest(size_gb=size), each, PLENTY)
+    assert all(p.bytes >= size * GB for p in named.host_pools)
+    assert named.per_rank_total_bytes == sum(p.bytes for p in named.host_pools)
