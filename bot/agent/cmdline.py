@@ -30,8 +30,10 @@ __all__ = [
     "DEFAULT_HICACHE_RATIO",
     "AddCliArgs",
     "HiCacheSetting",
+    "HostPoolArgs",
     "Topology",
     "read_hicache",
+    "read_host_pool_args",
     "read_topology",
     "rewrite_hicache",
     "server_args_start",
@@ -70,9 +72,42 @@ _OPTIONS: dict[str, tuple[str, int]] = {
     "--model": ("--model-path", 7),
     "--nnodes": ("--nnodes", 4),
     "--enable-dp-attention": ("--enable-dp-attention", 21),
+    # The host pools beside HiCache's (docs/sglang.md, Host pools); prefixes from 0.5.23's list.
+    "--disaggregation-mode": ("--disaggregation-mode", 18),
+    "--disaggregation-decode-enable-offload-kvcache": (
+        "--disaggregation-decode-enable-offload-kvcache",
+        32,
+    ),
+    "--disaggregation-decode-retraction-backup": (
+        "--disaggregation-decode-retraction-backup",
+        25,
+    ),
+    "--disaggregation-decode-enable-radix-cache": (
+        "--disaggregation-decode-enable-radix-cache",
+        32,
+    ),
+    "--enable-priority-scheduling": ("--enable-priority-scheduling", 12),
+    "--disable-priority-preemption": ("--disable-priority-preemption", 13),
+    "--hicache-host-memory-mode": ("--hicache-host-memory-mode", 23),
+    "--hicache-storage-backend": ("--hicache-storage-backend", 25),
+    "--hicache-storage-backend-extra-config": (
+        "--hicache-storage-backend-extra-config",
+        26,
+    ),
+    "--context-length": ("--context-length", 11),
 }
 # Options of ours that take no value (argparse store_true).
-_FLAGS = frozenset({ENABLE, "--disable-radix-cache", "--enable-dp-attention"})
+_FLAGS = frozenset(
+    {
+        ENABLE,
+        "--disable-radix-cache",
+        "--enable-dp-attention",
+        "--disaggregation-decode-enable-offload-kvcache",
+        "--disaggregation-decode-enable-radix-cache",
+        "--enable-priority-scheduling",
+        "--disable-priority-preemption",
+    }
+)
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh"})
 _SHELL_TOKENS = frozenset({";", "&&", "||", "|", "&", ">", ">>", "<", "$(", "`"})
 # How a launch command names the server: the argv index after these is where SGLang's own
@@ -116,6 +151,23 @@ class _Occurrence:
     index: int  # argv index of the option token
     inline: bool  # written --opt=value
     value: str | None  # None for flags (or a value-taking option at the very end)
+
+
+@dataclass(frozen=True)
+class HostPoolArgs:
+    """The flags of a command line that decide SGLang's other host pools, as written (None or
+    the default when absent): PD disaggregation, decode offload and retraction backup, the host
+    memory mode, the storage backend and its extra config (JSON or ``@file``, unparsed)."""
+
+    disaggregation_mode: str = "null"
+    decode_offload: bool = False
+    retraction_backup: str | None = None
+    decode_radix_cache: bool = False
+    priority_preemption: bool = False
+    host_memory_mode: str = "cache"
+    storage_backend: str | None = None
+    storage_extra_config: str | None = None
+    context_length: int | None = None
 
 
 def _resolve(name: str) -> str | None:
@@ -212,6 +264,32 @@ def read_hicache(argv: Sequence[str]) -> HiCacheSetting:
         size_gb=size if size else None,
         write_policy=_value_of(write_policy) if write_policy else None,
         io_backend=_value_of(io_backend) if io_backend else None,
+    )
+
+
+def read_host_pool_args(argv: Sequence[str]) -> HostPoolArgs:
+    """The host-pool flags of ``argv`` beside HiCache's, values as written; raises
+    CommandLineError on a value with nothing after it or a context length that is no integer."""
+    found = _scan(argv)
+
+    def text(option: str, default: str | None = None) -> str | None:
+        occurrence = _last(found, option)
+        return default if occurrence is None else _value_of(occurrence)
+
+    def flag(option: str) -> bool:
+        return _last(found, option) is not None
+
+    return HostPoolArgs(
+        disaggregation_mode=text("--disaggregation-mode") or "null",
+        decode_offload=flag("--disaggregation-decode-enable-offload-kvcache"),
+        retraction_backup=text("--disaggregation-decode-retraction-backup"),
+        decode_radix_cache=flag("--disaggregation-decode-enable-radix-cache"),
+        priority_preemption=flag("--enable-priority-scheduling")
+        and not flag("--disable-priority-preemption"),
+        host_memory_mode=text("--hicache-host-memory-mode") or "cache",
+        storage_backend=text("--hicache-storage-backend"),
+        storage_extra_config=text("--hicache-storage-backend-extra-config"),
+        context_length=_int_value(_last(found, "--context-length"), "--context-length"),
     )
 
 

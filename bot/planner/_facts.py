@@ -12,6 +12,7 @@ from bot.planner._estimate import (
     DevicePoolSource,
     estimate_device_pool,
 )
+from bot.planner._host_pools import HostPoolFlags, HybridPools
 from bot.planner._kv_shape import KvShape
 from bot.planner._sizing import DevicePool, HostExtra
 from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
@@ -60,6 +61,9 @@ class ServerFacts:
     known. ``host_extras`` are the other host pools the last start logged (a DSA indexer).
     ``device_pool_source`` says where ``device_pool`` came from; with none, ``device_memory``
     lets the planner estimate it (``device_pool_missing`` says why it cannot).
+    ``host_pool_flags`` are the command line's other host-pool flags (PD disaggregation, decode
+    offload, host memory mode, storage backend and Mooncake's segment); ``hybrid_pools`` a
+    hybrid sliding-window model's two device pools, each of which gets a host pool.
     """
 
     ranks: int
@@ -77,6 +81,8 @@ class ServerFacts:
     device_pool_source: DevicePoolSource | None = None
     device_memory: DeviceMemory | None = None
     device_pool_missing: str | None = None
+    host_pool_flags: HostPoolFlags = field(default_factory=HostPoolFlags)
+    hybrid_pools: HybridPools | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -85,6 +91,14 @@ class ServerFacts:
             raise PlanInputError(f"page size must be at least 1 token, not {self.page_size}")
         if self.layer_bytes is not None and self.layer_bytes < 1:
             raise PlanInputError(f"layer bytes must be at least 1, not {self.layer_bytes}")
+        hybrid = self.hybrid_pools
+        if hybrid is not None and (
+            min(hybrid.full_tokens, hybrid.swa_tokens) < 1
+            or min(hybrid.full_bytes_per_token, hybrid.swa_bytes_per_token) < 1
+        ):
+            raise PlanInputError(
+                f"a hybrid model's pools need tokens and bytes per token of at least 1: {hybrid}"
+            )
         for extra in self.host_extras:
             if not (extra.logged_gb >= 0 and extra.kv_logged_gb > 0):
                 raise PlanInputError(

@@ -5,7 +5,9 @@ Budget rule (README.md, The budget rule)::
     free after stop = available host RAM + RAM held by the running server's process tree
                       (capped by the cgroup limit when there is one)
     budget          = free after stop - SGLang's 10 GiB reserve - headroom (default 40 GB)
-    per rank        = KV host pool bytes + every extra host pool (a DSA indexer), scaled with
+    per rank        = every host pool of one rank (``_host_pools``): the KV host pool (a hybrid
+                      model's full and sliding-window pools), a decode server's offload pool,
+                      Mooncake's segment, and every extra host pool (a DSA indexer) scaled with
                       the KV host pool in the proportion the last start logged
     fits            = per rank x local ranks <= budget
 
@@ -30,6 +32,15 @@ from bot.errors import PlanInputError
 from bot.planner._estimate import DevicePoolEstimate, DevicePoolSource
 from bot.planner._eta import StartSample, estimate_startup_seconds
 from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num, with_estimated_pool
+from bot.planner._host_pools import (
+    SWA_POOL,
+    HostPoolPlan,
+    hybrid_pools_for_ratio,
+    hybrid_pools_for_size,
+    mooncake_pools,
+    rejected_by_sglang,
+    unknown_configuration,
+)
 from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._sizing import (
     DevicePool,
@@ -82,6 +93,8 @@ class Plan:
     multiplies, where the bytes per token came from and how extra pools were scaled.
     ``device_pool_source`` names where the device pool came from; for "estimate",
     ``device_pool_estimate`` holds the figures (``device_tokens`` is then its planned tokens).
+    ``host_pools`` is every host allocation of one rank, the KV host pool first, each with the
+    rule that sized it; ``host_extra_bytes_per_rank`` holds all but the first by name.
     """
 
     request: ChangeRequest
@@ -120,6 +133,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     device_pool_source: DevicePoolSource | None = None
     device_pool_estimate: DevicePoolEstimate | None = None
+    host_pools: tuple[HostPoolPlan, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -149,6 +163,9 @@ class Plan:
         data["device_pool_source"] = (
             None if self.device_pool_source is None else self.device_pool_source.value
         )
+        data["host_pools"] = [
+            {**asdict(pool), "gb": round(pool.bytes / GB, 3)} for pool in self.host_pools
+        ]
         data["host_extra_gb_per_rank"] = {
             name: round(value / GB, 3) for name, value in self.host_extra_bytes_per_rank.items()
         }
@@ -210,13 +227,21 @@ def make_plan(
 
     refused_by: RefusedBy | None = None
     refusal = sglang_would_reject(request, server, pool)
+    if refusal is None:
+        refusal = rejected_by_sglang(server.host_pool_flags, server.hybrid_pools is not None)
     if refusal is not None:
         refused_by = RefusedBy.SGLANG
+    else:
+        refusal = unknown_configuration(server.host_pool_flags)
+        if refusal is not None:
+            refused_by = RefusedBy.MISSING_FACTS
     size: HostPoolSize | None = None
     if refusal is None:
         refusal = _undecided(request, server)
         if refusal is None:
             size = _host_pool(request, pool, server.page_size, per_token)
+            if server.hybrid_pools is not None:
+                size = _hybrid_pools(request, server)[0]
             if size is None:
                 unknown = "" if estimate is None else f", and it cannot be estimated: {estimate}"
                 refusal = (
@@ -233,18 +258,23 @@ def make_plan(
 
     extras: dict[str, int] = {}
     per_rank_total: int | None = None
+    pools: tuple[HostPoolPlan, ...] = ()
     if size is not None:
-        extras = extra_bytes(size.bytes, server.host_extras)
-        per_rank_total = size.bytes + sum(extras.values())
+        pools = _rank_pools(request, server, size)
+        extras = {p.name: p.bytes for p in pools[1:]}
+        per_rank_total = sum(p.bytes for p in pools)
         for extra in server.host_extras:
             notes.append(
                 f"{extra.name} host pool scaled with the KV host pool as the last start logged "
                 f"({extra.logged_gb:.2f} GB beside {extra.kv_logged_gb:.2f} GB): "
                 f"{extras[extra.name] / GB:.2f} GB per rank"
             )
+        notes.extend(f"{p.name} host pool: {p.rule}" for p in pools if p.rule)
     total = None if per_rank_total is None else per_rank_total * server.ranks
     left = None if total is None else budget - total
     largest_size, largest_ratio = _largest(budget, server, pool)
+    if _has_own_pools(server):
+        largest_size, largest_ratio = _largest_over_pools(budget, server, pool, per_token)
     if refusal is not None:
         verdict, reason = Verdict.REFUSED, sentence(refusal)
     else:
@@ -307,6 +337,7 @@ def make_plan(
         notes=tuple(notes),
         device_pool_source=None if pool.kv_bytes is None else server.device_pool_source,
         device_pool_estimate=estimate if isinstance(estimate, DevicePoolEstimate) else None,
+        host_pools=pools,
     )
 
 
@@ -398,3 +429,100 @@ def _host_pool(
         return size
     assert request.ratio is not None
     return host_pool_for_ratio(request.ratio, pool, page_size)
+
+
+def _hybrid_pools(request: ChangeRequest, server: ServerFacts) -> tuple[HostPoolSize, HostPoolSize]:
+    """A hybrid sliding-window model's full and sliding-window host pools for ``request``."""
+    hybrid = server.hybrid_pools
+    assert hybrid is not None
+    if request.size_gb is not None:
+        return hybrid_pools_for_size(int(request.size_gb), hybrid, server.page_size, server.version)
+    assert request.ratio is not None
+    return hybrid_pools_for_ratio(request.ratio, hybrid, server.page_size)
+
+
+def _rank_pools(
+    request: ChangeRequest, server: ServerFacts, size: HostPoolSize
+) -> tuple[HostPoolPlan, ...]:
+    """Every host allocation of one rank for ``request``, the KV host pool (``size``) first."""
+    setting = request.phrase()
+    flags = server.host_pool_flags
+    pools: list[HostPoolPlan] = []
+    if server.hybrid_pools is not None:
+        full, swa = _hybrid_pools(request, server)
+        split = ""
+        if request.size_gb is not None:
+            split = (
+                ", the size split by the pools' device bytes"
+                if server.version.splits_hybrid_hicache_size
+                else f", the whole size for each pool (SGLang {server.version})"
+            )
+        pools.append(
+            HostPoolPlan("KV", full.bytes, full.tokens, f"full-attention, {setting}{split}")
+        )
+        pools.append(
+            HostPoolPlan(SWA_POOL, swa.bytes, swa.tokens, f"sliding-window, {setting}{split}")
+        )
+    else:
+        pools.append(HostPoolPlan("KV", size.bytes, size.tokens, ""))
+    for name, value in extra_bytes(size.bytes, server.host_extras).items():
+        pools.append(HostPoolPlan(name, value, None, ""))
+    clients = 1 if flags.storage_backend is not None else 0
+    if flags.decode and flags.decode_offload:
+        # The offload manager builds its own KV host pool and storage client, by the same rule.
+        pools.append(
+            HostPoolPlan(
+                "decode offload KV",
+                size.bytes,
+                size.tokens,
+                f"a second KV host pool for decode offload, {setting}",
+            )
+        )
+        clients += 1
+    pools.extend(mooncake_pools(flags, clients))
+    return tuple(pools)
+
+
+def _has_own_pools(server: ServerFacts) -> bool:
+    """Whether the server has host pools beside the KV pool and its logged extras."""
+    flags = server.host_pool_flags
+    return (
+        server.hybrid_pools is not None
+        or flags.decode_offload
+        or (flags.storage_backend is not None and flags.mooncake is not None)
+    )
+
+
+def _largest_over_pools(
+    budget: float, server: ServerFacts, pool: DevicePool, per_token: BytesPerToken | None
+) -> tuple[int, float | None]:
+    """The largest size and ratio whose host pools on all ranks fit, counting every pool."""
+
+    def total(request: ChangeRequest) -> int | None:
+        size = _host_pool(request, pool, server.page_size, per_token)
+        if server.hybrid_pools is not None:
+            size = _hybrid_pools(request, server)[0]
+        if size is None:
+            return None
+        return sum(p.bytes for p in _rank_pools(request, server, size)) * server.ranks
+
+    def fits(request: ChangeRequest) -> bool:
+        needed = total(request)
+        return needed is not None and needed <= budget
+
+    if budget <= 0:
+        return 0, 0.0
+    low, high = 0, int(budget / server.ranks // GB) + 1
+    while low + 1 < high:  # the pools grow with the size: the last size that fits
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(ChangeRequest(size_gb=middle)) else (low, middle)
+    largest_size = low
+    if total(ChangeRequest(ratio=1.0)) is None or server.device_pool_undecided is not None:
+        return largest_size, None
+    tenths, top = 0, 1
+    while fits(ChangeRequest(ratio=top / 10)) and top < 1_000_000:
+        tenths, top = top, top * 2
+    while tenths + 1 < top:
+        middle = (tenths + top) // 2
+        tenths, top = (middle, top) if fits(ChangeRequest(ratio=middle / 10)) else (tenths, middle)
+    return largest_size, tenths / 10

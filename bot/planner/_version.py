@@ -60,5 +60,13 @@ class SGLangVersion:
         """<= 0.5.12 asserts the host pool is larger than the device pool; later only warns."""
         return self.key <= (0, 5, 12)
 
+    @property
+    def splits_hybrid_hicache_size(self) -> bool:
+        """0.5.23 splits ``--hicache-size N`` across a hybrid model's host pools in proportion
+        to their device bytes (N per rank in all); earlier releases gave N to each pool. The
+        release that changed it is not pinned down, so every release before 0.5.23 is planned
+        with N per pool: the side that counts more RAM."""
+        return self.key >= (0, 5, 23)
+
 
 DEFAULT_SGLANG_VERSION = SGLangVersion(0, 5, 9, "0.5.9")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bot.startup._file import read_startup_report
 from bot.startup.events import (
+    HYBRID_SWA_HOST_POOL,
     KV_HOST_POOL,
     DevicePool,
     Dialect,
@@ -25,6 +26,8 @@ from bot.startup.events import (
     PoolKind,
     RankSeen,
     ShardProgress,
+    SlidingWindowPool,
+    SlidingWindowSplit,
 )
 from bot.startup.parser import StartupParser
 from bot.startup.report import (
@@ -32,12 +35,14 @@ from bot.startup.report import (
     PhaseSpan,
     PoolFigures,
     ReportBuilder,
+    SlidingWindowFigures,
     StartupReport,
     build_report,
     classify_pools,
 )
 
 __all__ = [
+    "HYBRID_SWA_HOST_POOL",
     "KV_HOST_POOL",
     "DevicePool",
     "Dialect",
@@ -57,6 +62,9 @@ __all__ = [
     "RankSeen",
     "ReportBuilder",
     "ShardProgress",
+    "SlidingWindowFigures",
+    "SlidingWindowPool",
+    "SlidingWindowSplit",
     "StartupParser",
     "StartupReport",
     "build_report",

@@ -88,6 +88,21 @@ HOST_POOL_NEW = re.compile(
 # Allocating 29.02 GB host memory for DSA indexer (layout=page_first), packed MTP layers: ...
 HOST_EXTRA = re.compile(r"Allocating ([\d.]+) GB host memory for ([^(,]+?) ?(?:\(|,|\.?$)")
 
+# A hybrid sliding-window model's two device pools of a rank (0.5.23,
+# model_executor/pool_configurator.py; all SWA layers: no full pool, no full count):
+# Use sliding window memory pool. full_layer_tokens=32997, swa_layer_tokens=26397
+# Use sliding window memory pool (all SWA). swa_layer_tokens=26397
+SWA_SPLIT = re.compile(
+    r"Use sliding window memory pool(?: \(all SWA\))?\. (?:full_layer_tokens=(\d+), )?"
+    r"swa_layer_tokens=(\d+)"
+)
+# Both of them once built (mem_cache/swa_memory_pool.py; GB is GiB, K and V of both pools):
+# SWAKVPool mem usage: 5.14 GB, swa size: 26397, full size: 32997
+# SWAKVPool VA upper bound: 5.14 GB, swa size: 26397, full size: 32997   (post-capture sizing)
+SWA_POOL = re.compile(
+    r"SWAKVPool (mem usage|VA upper bound): ([\d.]+) GB, swa size: (\d+), full size: (\d+)"
+)
+
 # max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 

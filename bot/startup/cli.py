@@ -114,6 +114,13 @@ def _figures(report: StartupReport) -> list[str]:
         lines.append(f"device KV pool undecided: {report.device_pool_undecided}")
     if len(report.pools) > 1:
         lines.append("device pools of a rank: " + "; ".join(_pool(p) for p in report.pools))
+    if report.sliding_window is not None:
+        swa = report.sliding_window
+        size = "" if swa.kv_gib is None else f", {swa.kv_gib:.2f} GiB in all"
+        lines.append(
+            f"sliding-window model: full-attention pool {swa.full_tokens:,} tokens, "
+            f"sliding-window pool {swa.swa_tokens:,} tokens{size} (each gets a host pool)"
+        )
     if report.draft_pool is not None:
         draft = report.draft_pool
         lines.append(

@@ -16,6 +16,8 @@ from enum import StrEnum
 from bot.vocab import FailureKind
 
 __all__ = [
+    "HYBRID_FULL_HOST_POOL",
+    "HYBRID_SWA_HOST_POOL",
     "KV_HOST_POOL",
     "DevicePool",
     "Dialect",
@@ -31,6 +33,8 @@ __all__ = [
     "PoolKind",
     "RankSeen",
     "ShardProgress",
+    "SlidingWindowPool",
+    "SlidingWindowSplit",
 ]
 
 
@@ -168,7 +172,9 @@ class HostPool:
     48.00 GB host memory.`` gives ``gb=48.0, tokens=683061, pool="kv"``; a DSA indexer's
     ``Allocating 29.02 GB host memory for DSA indexer (layout=page_first).`` gives ``gb=29.02,
     pool="DSA indexer"``. GB here is 1e9 bytes, as logged. ``pool`` is ``"kv"`` (``KV_HOST_POOL``)
-    for the HiCache KV pool, and another allocation's name otherwise: it is RAM all the same.
+    for the HiCache KV pool, and another allocation's name otherwise: it is RAM all the same. A
+    hybrid sliding-window model's ``Allocating full hierarchical KV host pool: ...`` is its KV
+    pool (``"kv"``); ``Allocating swa ...`` gives ``pool="swa"``.
     """
 
     rank: str | None
@@ -179,8 +185,42 @@ class HostPool:
     line: str
 
 
+@dataclass(frozen=True, slots=True)
+class SlidingWindowSplit:
+    """A hybrid sliding-window model's two device pools of one rank, as sized before they are
+    built (0.5.23): ``Use sliding window memory pool. full_layer_tokens=32997,
+    swa_layer_tokens=26397`` gives ``full_tokens=32997, swa_tokens=26397``. A model whose layers
+    are all sliding-window logs ``(all SWA). swa_layer_tokens=26397``: ``full_tokens=0``."""
+
+    rank: str | None
+    full_tokens: int
+    swa_tokens: int
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindowPool:
+    """Both pools of a hybrid sliding-window model's rank, built: ``SWAKVPool mem usage: 5.14
+    GB, swa size: 26397, full size: 32997`` gives ``kv_gib=5.14, swa_tokens=26397,
+    full_tokens=32997`` (GiB, K and V of both pools, two decimals). ``upper_bound`` is true for
+    ``SWAKVPool VA upper bound: ...``, the address space reserved before post-capture sizing."""
+
+    rank: str | None
+    kv_gib: float
+    swa_tokens: int
+    full_tokens: int
+    upper_bound: bool
+    at: datetime | None
+    line: str
+
+
 #: ``HostPool.pool`` of the HiCache KV host pool (the one ``--hicache-ratio``/``-size`` sizes).
 KV_HOST_POOL = "kv"
+#: 0.5.23's label of a hybrid sliding-window model's full-attention host pool, its KV pool.
+HYBRID_FULL_HOST_POOL = "full"
+#: 0.5.23's label of a hybrid sliding-window model's sliding-window host pool.
+HYBRID_SWA_HOST_POOL = "swa"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,5 +256,7 @@ Event = (
     | DevicePool
     | HostPool
     | MaxTotalTokens
+    | SlidingWindowSplit
+    | SlidingWindowPool
     | FailureSeen
 )

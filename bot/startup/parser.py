@@ -33,9 +33,12 @@ from bot.startup._patterns import (
     SERVER_ARGS,
     SHARDS,
     SKIP_LINE,
+    SWA_POOL,
+    SWA_SPLIT,
     WORTH_READING,
 )
 from bot.startup.events import (
+    HYBRID_FULL_HOST_POOL,
     KV_HOST_POOL,
     PHASE_ORDER,
     DevicePool,
@@ -49,6 +52,8 @@ from bot.startup.events import (
     PhaseStarted,
     RankSeen,
     ShardProgress,
+    SlidingWindowPool,
+    SlidingWindowSplit,
 )
 
 __all__ = ["StartupParser"]
@@ -217,6 +222,30 @@ class StartupParser:
             return True
         if "Allocating " in message and "host" in message:
             return self._host_pool(message, line, rank, at, out)
+        if "sliding window memory pool" in message:
+            if (split := SWA_SPLIT.search(message)) is None:
+                return False
+            self._enter(Phase.KV_POOL, at, rank, line, out)
+            full_layer = 0 if split.group(1) is None else int(split.group(1))
+            out.append(SlidingWindowSplit(rank, full_layer, int(split.group(2)), at, line))
+            return True
+        if "SWAKVPool " in message:
+            if (usage := SWA_POOL.search(message)) is None:
+                return False
+            self._enter(Phase.KV_POOL, at, rank, line, out)
+            bound, gib, swa_size, full_size = usage.groups()
+            out.append(
+                SlidingWindowPool(
+                    rank,
+                    float(gib),
+                    int(swa_size),
+                    int(full_size),
+                    bound == "VA upper bound",
+                    at,
+                    line,
+                )
+            )
+            return True
         if "max_total_num_tokens=" in message:
             match = MAX_TOTAL.search(message)
             if match is not None:
@@ -268,6 +297,10 @@ class StartupParser:
         dialect: Dialect | None
         if new is not None:
             pool, tokens, gb = new.group(1), int(new.group(2)), float(new.group(3))
+            if pool == HYBRID_FULL_HOST_POOL:
+                # A hybrid model's full-attention pool anchors its KV host pool: the one the
+                # ratio and size name, as "kv" is for any other model.
+                pool = KV_HOST_POOL
             dialect = Dialect.V0_5_23
         elif (old := HOST_POOL_OLD.search(message)) is not None:
             pool, tokens, gb = KV_HOST_POOL, None, float(old.group(1))

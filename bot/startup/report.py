@@ -29,6 +29,8 @@ from bot.startup.events import (
     PoolKind,
     RankSeen,
     ShardProgress,
+    SlidingWindowPool,
+    SlidingWindowSplit,
 )
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "PhaseSpan",
     "PoolFigures",
     "ReportBuilder",
+    "SlidingWindowFigures",
     "StartupReport",
     "build_report",
     "classify_pools",
@@ -92,6 +95,29 @@ class PoolFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class SlidingWindowFigures:
+    """A hybrid sliding-window model's two device pools of the first rank: the full-attention
+    and sliding-window tokens, and ``kv_gib`` both pools' GiB as ``SWAKVPool`` logged them
+    (None until that line). ``full_kv_gib`` and ``swa_kv_gib`` are each pool's own line
+    (``Full KV Cache is allocated. ...``, ``SWA KV Cache is allocated. ...``), when logged."""
+
+    full_tokens: int
+    swa_tokens: int
+    kv_gib: float | None = None
+    full_kv_gib: float | None = None
+    swa_kv_gib: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "full_tokens": self.full_tokens,
+            "swa_tokens": self.swa_tokens,
+            "kv_gib": self.kv_gib,
+            "full_kv_gib": self.full_kv_gib,
+            "swa_kv_gib": self.swa_kv_gib,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class StartupReport:
     """Everything one start's log says: what a person or the agent wants to know about it.
 
@@ -105,6 +131,8 @@ class StartupReport:
     ``device_pool_undecided`` says why and the per-rank device figures are empty.
     ``host_gb_per_rank`` is the HiCache KV host pool, ``host_extra_gb_per_rank`` every other host
     allocation by name (a DSA indexer), and ``host_total_gb_per_rank`` their sum: all RAM.
+    ``sliding_window`` holds a hybrid sliding-window model's two device pools; its full-attention
+    pool is the target's even before ``max_total_num_tokens`` is logged.
     """
 
     dialect: Dialect | None
@@ -125,6 +153,7 @@ class StartupReport:
     device_pool_undecided: str | None = None
     host_extra_gb_per_rank: dict[str, dict[str, float]] = field(default_factory=dict)
     host_total_gb_per_rank: dict[str, float] = field(default_factory=dict)
+    sliding_window: SlidingWindowFigures | None = None
 
     @property
     def started_at(self) -> datetime | None:
@@ -171,6 +200,9 @@ class StartupReport:
             "draft_pool": None if self.draft_pool is None else self.draft_pool.to_dict(),
             "device_pool_undecided": self.device_pool_undecided,
             "host_tokens_per_rank": dict(self.host_tokens_per_rank),
+            "sliding_window": None
+            if self.sliding_window is None
+            else self.sliding_window.to_dict(),
             "ready": self.ready,
             "ready_at": _iso(self.ready_at),
             "started_at": _iso(self.started_at),
@@ -207,6 +239,8 @@ class ReportBuilder:
         self._host_gb: dict[str, dict[str, float]] = {}
         self._host_tokens: dict[str, int] = {}
         self._failure: FailureSeen | None = None
+        self._swa: dict[str, tuple[int, int]] = {}
+        self._swa_gib: dict[str, float] = {}
 
     def add(self, event: Event) -> None:
         """Take the next event in log order."""
@@ -234,6 +268,11 @@ class ReportBuilder:
                 self._host_gb.setdefault(rank or NO_RANK, {})[pool] = gb
                 if tokens is not None and pool == KV_HOST_POOL:
                     self._host_tokens[rank or NO_RANK] = tokens
+            case SlidingWindowSplit(rank=rank, full_tokens=full, swa_tokens=swa):
+                self._swa[rank or NO_RANK] = (full, swa)
+            case SlidingWindowPool(rank=rank, kv_gib=gib, full_tokens=full, swa_tokens=swa):
+                self._swa.setdefault(rank or NO_RANK, (full, swa))
+                self._swa_gib[rank or NO_RANK] = gib
             case FailureSeen():
                 self._failure = event
 
@@ -254,7 +293,10 @@ class ReportBuilder:
         ranks = tuple(sorted(self._ranks, key=rank_sort_key))
         if not ranks and (self._device or self._host_gb):
             ranks = (NO_RANK,)  # a single-process server logs no prefix: one rank, not none
-        kinds = {r: classify_pools(pools, self._device_tokens) for r, pools in self._device.items()}
+        kinds = {
+            r: classify_pools(pools, self._device_tokens or self._swa.get(r, (None,))[0])
+            for r, pools in self._device.items()
+        }
         target = {r: pool for r, (pool, _) in kinds.items() if pool is not None}
         undecided = next((why for _, (pool, why) in kinds.items() if pool is None), None)
         device_tokens = self._device_tokens
@@ -291,11 +333,27 @@ class ReportBuilder:
             host_total_gb_per_rank=_by_rank(
                 {r: round(sum(pools.values()), 2) for r, pools in self._host_gb.items()}
             ),
+            sliding_window=self._sliding_window(),
             ready=ready,
             ready_at=ready_at,
             failure=None
             if failure is None
             else Failure(kind=failure.kind, lines=failure.lines, at=failure.at),
+        )
+
+    def _sliding_window(self) -> SlidingWindowFigures | None:
+        """The first rank's sliding-window split, with each pool's logged GiB when known."""
+        if not self._swa:
+            return None
+        rank = min(self._swa, key=rank_sort_key)
+        full, swa = self._swa[rank]
+        labelled = {(p.label or "").lower(): p.kv_gib for p in self._device.get(rank, [])}
+        return SlidingWindowFigures(
+            full_tokens=full,
+            swa_tokens=swa,
+            kv_gib=self._swa_gib.get(rank),
+            full_kv_gib=labelled.get("full"),
+            swa_kv_gib=labelled.get("swa"),
         )
 
     def _figures(

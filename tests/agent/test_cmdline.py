@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from bot.agent.cmdline import (
     HiCacheSetting,
+    HostPoolArgs,
     Topology,
     read_hicache,
+    read_host_pool_args,
     read_topology,
     rewrite_hicache,
     server_args_start,
@@ -348,3 +350,56 @@ def test_validate_reports_what_the_server_parser_rejects() -> None:
 def test_validate_without_sglang_installed_runs_our_checks_only() -> None:
     """With SGLang absent (as here) the default still runs our checks and accepts a good line."""
     validate_command([*FIELD, "--some-flag-only-sglang-knows"])
+
+
+def test_host_pool_flags_of_a_decode_server_are_read() -> None:
+    """PD decode with offload, Mooncake and its extra config (inline), the retraction backup
+    and the context length are read as written; SGLang's accepted prefixes count too."""
+    argv = [
+        *FIELD,
+        "--disaggregation-mode",
+        "decode",
+        "--disaggregation-decode-enable-o",  # the shortest prefix 0.5.23 accepts
+        "--hicache-storage-backend",
+        "mooncake",
+        '--hicache-storage-backend-extra-config={"master_server_address": "m:1"}',
+        "--disaggregation-decode-retraction-backup=cpu_tensor",
+        "--context-len",
+        "131072",
+    ]
+    assert read_host_pool_args(argv) == HostPoolArgs(
+        disaggregation_mode="decode",
+        decode_offload=True,
+        retraction_backup="cpu_tensor",
+        storage_backend="mooncake",
+        storage_extra_config='{"master_server_address": "m:1"}',
+        context_length=131072,
+    )
+
+
+def test_host_pool_flags_default_as_in_sglang() -> None:
+    """Without them: not disaggregated, a cache, no storage backend."""
+    assert read_host_pool_args(FIELD) == HostPoolArgs()
+
+
+def test_buffer_only_and_priority_preemption_are_read() -> None:
+    """buffer_only is the memory mode; priority scheduling preempts unless preemption is off."""
+    argv = [*FIELD, "--hicache-host-memory-mode", "buffer_only", "--enable-priority-scheduling"]
+    read = read_host_pool_args(argv)
+    assert read.host_memory_mode == "buffer_only"
+    assert read.priority_preemption is True
+    assert (
+        read_host_pool_args([*argv, "--disable-priority-preemption"]).priority_preemption is False
+    )
+
+
+def test_an_unknown_value_is_read_as_written_for_the_planner_to_refuse() -> None:
+    """A storage backend the planner does not know is passed on as written, never dropped."""
+    read = read_host_pool_args([*FIELD, "--hicache-storage-backend=hf3fs"])
+    assert read.storage_backend == "hf3fs"
+
+
+def test_a_host_pool_flag_without_its_value_is_refused() -> None:
+    """A value-taking flag at the very end is an error naming the flag."""
+    with pytest.raises(CommandLineError, match="--disaggregation-mode at the end"):
+        read_host_pool_args([*FIELD, "--disaggregation-mode"])

@@ -13,7 +13,14 @@ from datetime import datetime
 import pytest
 
 from bot.cli import main
-from bot.startup import DevicePool, HostPool, PoolKind, RankSeen, build_report
+from bot.startup import (
+    DevicePool,
+    HostPool,
+    PoolKind,
+    RankSeen,
+    SlidingWindowFigures,
+    build_report,
+)
 from tests.startup.conftest import LOGS, parse_all, read_log
 
 
@@ -65,6 +72,41 @@ def test_several_pools_before_max_total_num_tokens_leave_the_device_pool_undecid
     assert report.device_pool_undecided is not None
     assert "120,344" in report.device_pool_undecided
     assert "150,430" in report.device_pool_undecided
+
+
+def test_a_hybrid_models_sliding_window_lines_give_both_device_pools() -> None:
+    """0.5.23's split line and SWAKVPool's line: full attention 32,997 tokens (0.28 + 0.28
+    GiB), sliding window 26,397 (0.23 + 0.23), 1.02 GiB in all; the full pool is the target,
+    and both host pools (1.22 + 0.97 GB) are the rank's host RAM."""
+    report = build_report(parse_all(read_log("hybrid_swa_pools_v0.5.23.log")))
+    assert report.sliding_window == SlidingWindowFigures(
+        full_tokens=32997, swa_tokens=26397, kv_gib=1.02, full_kv_gib=0.56, swa_kv_gib=0.46
+    )
+    assert [(p.kind, p.tokens, p.label) for p in report.pools] == [
+        (PoolKind.TARGET, 32997, "Full"),
+        (PoolKind.OTHER, 26397, "SWA"),
+    ]
+    assert report.host_total_gb_per_rank == {"TP0": 2.19, "TP1": 2.19}
+    # The full-attention pool ("Allocating full ...") is the KV host pool; "swa" beside it.
+    assert report.host_gb_per_rank == {"TP0": 1.22, "TP1": 1.22}
+    assert report.host_tokens_per_rank == {"TP0": 65995, "TP1": 65995}
+    assert report.host_extra_gb_per_rank == {"TP0": {"swa": 0.97}, "TP1": {"swa": 0.97}}
+    assert report.to_dict()["sliding_window"]["swa_tokens"] == 26397
+
+
+def test_the_sliding_window_split_decides_the_device_pool_before_max_total_is_logged() -> None:
+    """Cut before `max_total_num_tokens=`, two pools per rank would be undecidable; the split
+    line names the full-attention pool's 32,997 tokens, so the report gives the device pool."""
+    text = read_log("hybrid_swa_pools_v0.5.23.log")
+    report = build_report(parse_all(text[: text.index("max_total_num_tokens")]))
+    assert report.device_pool_undecided is None
+    assert report.kv_gib_per_rank == {"TP0": 0.56, "TP1": 0.56}
+    assert report.device_tokens == 32997
+    without = "\n".join(
+        line for line in text[: text.index("max_total_num_tokens")].splitlines()
+        if "sliding window" not in line and "SWAKVPool" not in line
+    )  # fmt: skip
+    assert build_report(parse_all(without + "\n")).device_pool_undecided is not None
 
 
 def test_dsa_indexer_is_an_extra_host_pool_counted_in_the_total() -> None:
@@ -131,6 +173,10 @@ def test_a_label_before_kv_cache_is_kept() -> None:
         ("hybrid_swa_v0.5.23.log", "other 120,344 tokens, 16.52 GiB; target 150,430 tokens"),
         ("dsa_indexer_v0.5.23.log", "host DSA indexer GB per rank: 29.02 on each of 4 ranks"),
         ("single_rank_no_tokens_v0.4.log", "ranks: 1 (no rank prefix: a single-process server)"),
+        (
+            "hybrid_swa_pools_v0.5.23.log",
+            "full-attention pool 32,997 tokens, sliding-window pool 26,397 tokens, 1.02 GiB",
+        ),
     ],
 )
 def test_text_report_shows_the_new_figures(

@@ -18,6 +18,8 @@ from bot.startup import (
     PhaseStarted,
     RankSeen,
     ShardProgress,
+    SlidingWindowPool,
+    SlidingWindowSplit,
     StartupParser,
 )
 from tests._examples import examples
@@ -35,6 +37,7 @@ FIXTURES = (
 DEPLOYMENT_FIXTURES = (
     "draft_mtp_v0.5.9.log",
     "hybrid_swa_v0.5.23.log",
+    "hybrid_swa_pools_v0.5.23.log",
     "dsa_indexer_v0.5.23.log",
     "single_rank_no_tokens_v0.4.log",
     # A real SGLang 0.5.23 start on CPU (make test-real), as it logged it, teardown included.
@@ -340,3 +343,38 @@ def test_an_endless_line_is_clipped_the_same_however_it_is_fed() -> None:
         events.extend(parser.close())
         assert [e.phase for e in events if isinstance(e, PhaseStarted)] == phases
         assert events == parse_all(text)
+
+
+def test_sliding_window_lines_of_0_5_23() -> None:
+    """The token split and SWAKVPool's size give one event each, with the rank and figures;
+    the all-SWA form has no full pool, and a VA upper bound says so."""
+    events = parse_all(
+        "[2026-11-02 10:01:08 TP1] Use sliding window memory pool. full_layer_tokens=32997, "
+        "swa_layer_tokens=26397\n"
+        "[2026-11-02 10:01:08 TP1] SWAKVPool mem usage: 5.14 GB, swa size: 26397, "
+        "full size: 32997\n"
+        "[2026-11-02 10:01:09 TP0] Use sliding window memory pool (all SWA). "
+        "swa_layer_tokens=4096\n"
+        "[2026-11-02 10:01:09 TP0] SWAKVPool VA upper bound: 0.50 GB, swa size: 4096, "
+        "full size: 0\n"
+    )
+    splits = [e for e in events if isinstance(e, SlidingWindowSplit)]
+    usages = [e for e in events if isinstance(e, SlidingWindowPool)]
+    assert [(e.rank, e.full_tokens, e.swa_tokens) for e in splits] == [
+        ("TP1", 32997, 26397),
+        ("TP0", 0, 4096),
+    ]
+    assert [(e.rank, e.kv_gib, e.swa_tokens, e.full_tokens, e.upper_bound) for e in usages] == [
+        ("TP1", 5.14, 26397, 32997, False),
+        ("TP0", 0.5, 4096, 0, True),
+    ]
+    assert any(isinstance(e, PhaseStarted) and e.phase is Phase.KV_POOL for e in events)
+
+
+def test_a_line_naming_the_sliding_window_pool_without_figures_gives_no_pool_event() -> None:
+    """A message that only mentions the pool (a warning, say) is not read as its figures."""
+    events = parse_all(
+        "[2026-11-02 10:01:08 TP0] Use sliding window memory pool. (sizes pending)\n"
+        "[2026-11-02 10:01:08 TP0] SWAKVPool mem usage unknown\n"
+    )
+    assert not [e for e in events if isinstance(e, (SlidingWindowSplit, SlidingWindowPool))]

@@ -10,7 +10,8 @@ The device pool's sources, in order:
 With none of them the pool is unknown here, and a plan estimates it from the model's files
 (``bot.agent.facts._planning``). The host pool is the last start's (logged or recorded), else
 sized from the HiCache flags as SGLang will. The log also gives what no other source does: the
-other host pools beside the KV one (a DSA indexer) and a draft model's pool.
+other host pools beside the KV one (a DSA indexer), a draft model's pool, and a hybrid
+sliding-window model's two device pools (each of which gets a host pool).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from bot.planner import (
     GiB,
     host_pool_for_ratio,
     host_pool_for_size,
+    hybrid_pools_from_log,
 )
 
 __all__ = ["CapacityReader"]
@@ -118,6 +120,12 @@ class CapacityReader:
             )
             if size is not None:
                 host_tokens, host_gb = size.tokens, round(size.bytes / GB, 2)
+        swa = logged.sliding_window
+        hybrid = None
+        if swa is not None:
+            hybrid = hybrid_pools_from_log(
+                swa.full_tokens, swa.swa_tokens, swa.full_kv_gib, swa.swa_kv_gib, swa.kv_gib, pages
+            )
         return Capacity(
             device_tokens=tokens,
             kv_bytes_per_token=None if per_token is None else round(per_token, 1),
@@ -132,6 +140,7 @@ class CapacityReader:
             device_pool_undecided=logged.undecided
             if source is DevicePoolSource.STARTUP_LOG
             else None,
+            hybrid_pools=hybrid,
         )
 
     def _device_from_log(self, running: bool = False) -> LogPools:

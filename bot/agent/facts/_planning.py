@@ -1,6 +1,10 @@
 """Plans on a facts snapshot: the planner's ServerFacts from the snapshot, the model's files and
 the GPUs, and the startup guard's note.
 
+The command line's other host-pool flags (PD disaggregation, decode offload, the host memory
+mode, the storage backend and Mooncake's segment) become the planner's ``HostPoolFlags``
+(``host_pool_flags``), so every host pool SGLang allocates is planned.
+
 When no source gives the device pool (a server never started, nothing on record), the planner
 estimates it from ``--model-path``'s files and the smallest GPU's memory
 (``bot.planner._estimate``); what is missing for that is passed along, so the refusal names it.
@@ -8,29 +12,36 @@ estimates it from ``--model-path``'s files and the smallest GPU's memory
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
-from bot.agent.cmdline import Topology
+from bot.agent.cmdline import HostPoolArgs, Topology, read_host_pool_args
 from bot.agent.engine.guard import guard_note
 from bot.agent.facts._model_files import ModelFiles, read_model_files
 from bot.agent.facts._sources import model_hints, version_of
 from bot.agent.facts._values import FactsSnapshot
 from bot.agent.host.probe import GpuFacts
-from bot.errors import PlanInputError, ProbeError
+from bot.errors import CommandLineError, PlanInputError, ProbeError
 from bot.planner import (
+    SWA_POOL,
     ChangeRequest,
     DeviceMemory,
     DevicePool,
     HostMemory,
+    HostPoolFlags,
+    MooncakeSegment,
     Plan,
     ServerFacts,
     StartSample,
+    StorageBackend,
     default_mem_fraction_static,
     make_plan,
+    mooncake_segment,
+    parse_extra_config,
 )
 
-__all__ = ["device_memory", "plan_on"]
+__all__ = ["device_memory", "host_pool_flags", "plan_on"]
 
 
 def plan_on(
@@ -38,9 +49,11 @@ def plan_on(
     request: ChangeRequest,
     headroom_gb: float,
     history: Sequence[StartSample],
+    server_environ: Mapping[str, str] | None = None,
 ) -> Plan:
     """The Plan for ``request`` on ``snap``. Raises the probe's or the backend's error when
-    host RAM or the command line is unknown."""
+    host RAM or the command line is unknown. ``server_environ`` is the server's environment
+    when known (Mooncake may be configured there)."""
     if snap.ram is None or snap.topology is None or snap.hicache is None:
         missing = [name for name, value in (("host RAM", snap.ram), ("the command line",
                    snap.topology)) if value is None]  # fmt: skip
@@ -78,10 +91,17 @@ def plan_on(
         if draft is None
         else f"a draft model's pool of {draft:.2f} GiB per rank beside it is not multiplied",
         device_pool_undecided=capacity.device_pool_undecided,
-        host_extras=capacity.host_extras,
+        # A hybrid model's logged sliding-window host pool is planned as its own pool.
+        host_extras=tuple(
+            extra
+            for extra in capacity.host_extras
+            if capacity.hybrid_pools is None or extra.name != SWA_POOL
+        ),
         device_pool_source=capacity.source,
         device_memory=device,
         device_pool_missing=device_missing,
+        host_pool_flags=_flags_of(snap, server_environ),
+        hybrid_pools=capacity.hybrid_pools,
     )
     plan = make_plan(request, server, memory, headroom_gb=headroom_gb, history=history)
     return replace(plan, notes=(*plan.notes, guard_note(snap.guard, plan.budget_bytes)))
@@ -112,3 +132,72 @@ def device_memory(
         ), None
     except PlanInputError as exc:
         return None, str(exc)
+
+
+def _flags_of(snap: FactsSnapshot, environ: Mapping[str, str] | None) -> HostPoolFlags:
+    assert snap.topology is not None
+    try:
+        args = read_host_pool_args(snap.command or ())
+    except CommandLineError as exc:
+        # A flag the planner cannot read is a host-memory mode it does not know: refused.
+        return HostPoolFlags(host_memory_mode=f"unreadable ({exc})")
+    return host_pool_flags(args, snap.topology, environ)
+
+
+def host_pool_flags(
+    args: HostPoolArgs,
+    topology: Topology,
+    environ: Mapping[str, str] | None,
+    read_file: Callable[[str], str] = lambda path: Path(path).read_text(encoding="utf-8"),
+) -> HostPoolFlags:
+    """The planner's view of the command line's host-pool flags; for Mooncake, its segment as
+    SGLang resolves it from the extra config, the config file or ``environ`` (the server's
+    environment: None when unknown, and then only the extra config can give it)."""
+    attention_tp = topology.tp // topology.dp if topology.dp_attention else topology.tp
+    mooncake: MooncakeSegment | None = None
+    if args.storage_backend == StorageBackend.MOONCAKE:
+        mooncake = _mooncake(args.storage_extra_config, environ, read_file)
+    return HostPoolFlags(
+        disaggregation_mode=args.disaggregation_mode,
+        decode_offload=args.decode_offload,
+        retraction_backup=args.retraction_backup,
+        decode_radix_cache=args.decode_radix_cache,
+        priority_preemption=args.priority_preemption,
+        host_memory_mode=args.host_memory_mode,
+        storage_backend=args.storage_backend,
+        mooncake=mooncake,
+        storage_ranks=max(1, attention_tp) * max(1, topology.pp),
+    )
+
+
+def _mooncake(
+    extra_text: str | None,
+    environ: Mapping[str, str] | None,
+    read_file: Callable[[str], str],
+) -> MooncakeSegment:
+    try:
+        extra = parse_extra_config(extra_text, read_file) if extra_text else {}
+    except (ValueError, OSError) as exc:
+        return MooncakeSegment(None, "--hicache-storage-backend-extra-config", problem=str(exc))
+    configured = (
+        extra.get("master_server_address") is not None
+        or extra.get("client_server_address") is not None
+    )
+    if not configured and environ is None:
+        return MooncakeSegment(
+            None,
+            "the server's environment",
+            problem="the extra config names no master or client address, so SGLang reads "
+            "Mooncake from the server's environment, which the agent does not see; give "
+            "master_server_address and global_segment_size in "
+            "--hicache-storage-backend-extra-config",
+        )
+    env = environ or {}
+    config_file = None
+    path = env.get("SGLANG_HICACHE_MOONCAKE_CONFIG_PATH")
+    if not configured and path is not None:
+        try:
+            config_file = parse_extra_config(read_file(path))
+        except (ValueError, OSError):
+            config_file = None
+    return mooncake_segment(extra, env, config_file)

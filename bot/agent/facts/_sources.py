@@ -15,7 +15,7 @@ from typing import Any
 from bot.agent.cmdline import Topology
 from bot.errors import PlanInputError
 from bot.planner import DEFAULT_SGLANG_VERSION, GiB, HostExtra, SGLangVersion
-from bot.startup import ReportBuilder, StartupParser, StartupReport
+from bot.startup import ReportBuilder, SlidingWindowFigures, StartupParser, StartupReport
 
 __all__ = [
     "LOG_RUN_BYTES",
@@ -43,6 +43,7 @@ class LogPools:
     host_extras: tuple[HostExtra, ...] = ()
     draft_kv_gib: float | None = None
     undecided: str | None = None
+    sliding_window: SlidingWindowFigures | None = None
 
     @property
     def per_token(self) -> float | None:
@@ -106,6 +107,7 @@ def pools_of(report: StartupReport) -> LogPools:
         host_extras=tuple(HostExtra(name, gb, host_gb) for name, gb in extras.items() if host_gb),
         draft_kv_gib=None if report.draft_pool is None else report.draft_pool.kv_gib,
         undecided=report.device_pool_undecided,
+        sliding_window=report.sliding_window,
     )
 
 

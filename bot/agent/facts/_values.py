@@ -9,7 +9,7 @@ from bot.agent.cmdline import HiCacheSetting, Topology
 from bot.agent.config import GuardSettings
 from bot.agent.host.probe import GpuFacts, RamFacts
 from bot.errors import KimiOpsError
-from bot.planner import DevicePoolSource, HostExtra
+from bot.planner import DevicePoolSource, HostExtra, HybridPools
 from bot.vocab import ServerState
 
 __all__ = ["Capacity", "FactsSnapshot", "ServerSnapshot"]
@@ -46,6 +46,8 @@ class Capacity:
     host_extras: tuple[HostExtra, ...] = ()
     draft_kv_gib: float | None = None
     device_pool_undecided: str | None = None
+    # A hybrid sliding-window model's two device pools, from the last start's log.
+    hybrid_pools: HybridPools | None = None
 
 
 @dataclass(frozen=True)
