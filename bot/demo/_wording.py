@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["failed_step", "interactive", "passed", "starting", "typed"]
+__all__ = [
+    "failed_step",
+    "interactive",
+    "passed",
+    "starting",
+    "typed",
+    "web_hint",
+    "web_open",
+    "web_played",
+    "web_step",
+]
 
 
 def starting(root: Path) -> str:
@@ -31,3 +41,25 @@ def interactive(user: str) -> str:
         f"\nYour turn, as {user} on the simulated host (try: status, resize ratio 3, history, "
         "help; quit or Ctrl-D ends the demo)."
     )
+
+
+def web_hint() -> str:
+    return "\nSee it as a Slack channel in your browser: make demo-web (kimi-ops demo --web)."
+
+
+def web_open(url: str, people: list[tuple[str, str]]) -> str:
+    lines = [
+        f"\nThe channel #ops is at {url} (this machine only; Ctrl-C stops the demo).",
+        "Act as, with the switcher at the top right:",
+        *(f"  {name}: {role}" for name, role in people),
+        "Type /kimi help in the composer to start.",
+    ]
+    return "\n".join(lines)
+
+
+def web_step(text: str) -> str:
+    return f"  {text}"
+
+
+def web_played() -> str:
+    return "The demo's session is in the page; it stays open for you (Ctrl-C stops the demo)."
