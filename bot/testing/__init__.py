@@ -18,6 +18,7 @@ from __future__ import annotations
 from bot.testing._channels import StoredEphemeral, StoredMessage
 from bot.testing._faults import Fault, FaultPlan
 from bot.testing._methods import Upload
+from bot.testing._payloads import block_actions_payload
 from bot.testing._records import RecordedCall
 from bot.testing._web_api import (
     RESPONSE_URL_LIMIT,
@@ -47,6 +48,7 @@ __all__ = [
     "StoredEphemeral",
     "StoredMessage",
     "Upload",
+    "block_actions_payload",
     "postgres_unavailable",
     "slack_signature",
     "throwaway_cluster",
