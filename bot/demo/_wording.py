@@ -7,6 +7,8 @@ from pathlib import Path
 __all__ = [
     "failed_step",
     "interactive",
+    "interrupted",
+    "other_shell",
     "passed",
     "starting",
     "typed",
@@ -36,10 +38,27 @@ def passed(steps: int) -> str:
     return f"\ndemo: all {steps} steps did what they should."
 
 
-def interactive(user: str) -> str:
+def interactive(user: str, other: str) -> str:
     return (
         f"\nYour turn, as {user} on the simulated host (try: status, resize ratio 3, history, "
-        "help; quit or Ctrl-D ends the demo)."
+        f"report, help; quit or Ctrl-D ends the demo). A proposal needs a second person: "
+        f"'as {other} resize ratio 3' proposes as {other}, then 'apply N' applies it as {user}; "
+        f"'as {other}' alone switches to {other}."
+    )
+
+
+def other_shell(config: Path, token_env: str, token: str) -> str:
+    return (
+        "From another shell, while this one runs:\n"
+        f"  export KIMI_OPS_CONFIG={config} {token_env}={token}\n"
+        "  kimi-ops chat --as ana status"
+    )
+
+
+def interrupted() -> str:
+    return (
+        "\ndemo: interrupted; stopping the demo's agent and simulated server (an operation "
+        "still running ends with them, and its folder is removed unless --keep)."
     )
 
 

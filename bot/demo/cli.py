@@ -35,6 +35,8 @@ from bot.demo import _wording as wording
 from bot.demo._scenario import ANA, BEN, play
 from bot.demo._stack import TOKEN_ENV, demo_stack
 from bot.errors import DemoError
+from bot.reports import ReportSettings
+from bot.reports.runtime import attach_reports
 from bot.store import Store
 from bot.terminal.cli import EXIT_FAILED, EXIT_OK, prompt_loop
 from bot.terminal.front import TerminalFrontEnd
@@ -89,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
                 return _play_web(root, args.time_scale, args.script, args.port)
             return _play(root, args.time_scale, interactive)
     except DemoInterrupted:
+        print(wording.interrupted(), flush=True)
         return 130
     finally:
         if not args.keep:
@@ -106,6 +109,7 @@ def _play(root: Path, time_scale: float, interactive: bool) -> int:
         front = TerminalFrontEnd(sys.stdout, tty=sys.stdout.isatty())
         audit = StoreAudit(store, revisions_source(settings, environ))
         core = build_core(settings, audit, front, environ, poll_wait_s=5.0)
+        attach_reports(core, store, ReportSettings())
         try:
             results = play(core, front)
             failed = [r for r in results if r.problem is not None]
@@ -117,11 +121,39 @@ def _play(root: Path, time_scale: float, interactive: bool) -> int:
             print(wording.passed(len(results)))
             print(wording.web_hint())
             if interactive:
-                print(wording.interactive(ANA.id))
+                chat_config = _write_chat_config(root, stack.agent_url, stack.db_url)
+                print(wording.interactive(ANA.id, BEN.id))
+                print(wording.other_shell(chat_config, TOKEN_ENV, stack.token))
                 return prompt_loop(core, front, ANA, root)
             return EXIT_OK
         finally:
             core.close()
+
+
+def _write_chat_config(root: Path, agent_url: str, db_url: str) -> Path:
+    """The demo's settings as a config file, so ``kimi-ops chat`` from another shell reaches
+    the same agent and store under the same policy."""
+    path = root / "chat.toml"
+    path.write_text(
+        "\n".join(
+            [
+                "[store]",
+                f'url = "{db_url}"',
+                "",
+                "[policy]",
+                f'appliers = ["{ANA.id}", "{BEN.id}"]',
+                "require_second_person = true",
+                "",
+                f"[hosts.{HOST}]",
+                f'url = "{agent_url}"',
+                f'token_env = "{TOKEN_ENV}"',
+                "default = true",
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    return path
 
 
 def _play_web(root: Path, time_scale: float, script: bool, port: int) -> int:
