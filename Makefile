@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kimi-ops-installed
 
-.PHONY: demo test test-long test-fast test-real lint bench clean
+.PHONY: demo demo-web test test-long test-fast test-real test-web lint bench clean
 
 # Python writes and reads its bytecode cache in every target: with PYTHONDONTWRITEBYTECODE set
 # (some CI images set it), each pytest worker compiles and assertion-rewrites every test module
@@ -27,6 +27,11 @@ $(STAMP): pyproject.toml setup.py
 
 demo: $(STAMP)
 	$(BIN)/python -m bot demo
+
+# The real Slack app, shown as a Slack channel in the browser (the stand-in's page on 127.0.0.1),
+# with the demo's session played into it; Ctrl-C stops it.
+demo-web: $(STAMP)
+	$(BIN)/python -m bot demo --web --script --port $${KIMI_DEMO_WEB_PORT:-8765}
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench migrations
@@ -52,6 +57,19 @@ test-fast: $(STAMP)
 test-real: $(STAMP)
 	tests/real_sglang/setup_side_venv.sh
 	$(BIN)/python -m pytest -m real_sglang --timeout 1800 tests/real_sglang
+
+# The channel page in a real browser: Debian's chromium (installed here when missing, as root,
+# with a colour emoji font so the screenshots show what Slack shows) driven by Playwright for
+# Python (the .[web] extra; it never downloads a browser of its own).
+WEB_STAMP := $(VENV)/.kimi-ops-web-installed
+$(WEB_STAMP): $(STAMP)
+	@{ command -v chromium && dpkg -s fonts-noto-color-emoji; } >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null; }
+	$(BIN)/python -m pip install --quiet -e '.[dev,web]'
+	@touch $(WEB_STAMP)
+
+test-web: $(WEB_STAMP)
+	$(BIN)/python -m pytest -m web tests/web
 
 # One JSON line per script on stdout (bench/_*.py are their helpers); the load average before
 # and after each on stderr, since the figures move with it on a shared machine.

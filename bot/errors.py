@@ -37,6 +37,7 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   ├── FleetBusy ........... another rollout of the fleet is running (which, since when)
     │   └── RouterError ......... the router did not give an answer the rollout can use
     │       └── RouterUnsupported  the router speaks no worker API kimi-ops knows
+    ├── SlackStartError ......... Slack refused the bot's token, or could not be reached, at start
     ├── SimError ................ the simulator was given a profile or a setting it cannot use
     └── DemoError ............... ``make demo``'s machine (agent, simulator) did not come up
 
@@ -88,6 +89,7 @@ __all__ = [
     "SchedulerLocked",
     "ServerControlError",
     "SimError",
+    "SlackStartError",
     "StaleProposal",
     "StoreError",
 ]
@@ -249,6 +251,10 @@ class SchedulerLocked(StoreError):
     def __init__(self, message: str, owner: str) -> None:
         super().__init__(message)
         self.owner = owner
+
+
+class SlackStartError(KimiOpsError):
+    """Slack refused the bot's token, or its Web API could not be reached, as the bot started."""
 
 
 class SimError(KimiOpsError):

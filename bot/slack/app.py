@@ -11,15 +11,21 @@ answering at the ack. Nothing that may block (the store, an agent, Slack) may ru
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
+from urllib.error import URLError
 
 from slack_bolt import Ack, App
+from slack_bolt.error import BoltError
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk import WebClient
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
 )
 
+from bot.errors import SlackStartError
 from bot.settings import Secret
 from bot.slack.dispatch import Dispatch
 from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION, SLASH_COMMAND
@@ -47,12 +53,26 @@ def web_client(token: Secret, api_url: str) -> WebClient:
 def build_app(client: WebClient, dispatch: Dispatch, signing_secret: Secret | None) -> App:
     """The Bolt app; ``signing_secret`` for HTTP mode (None: Socket Mode, where Slack's own
     connection stands for the signature)."""
-    app = App(
-        client=client,
-        signing_secret=None if signing_secret is None else signing_secret.reveal(),
-        request_verification_enabled=signing_secret is not None,
-        process_before_response=True,
-    )
+    _quiet_token_warning()
+    try:
+        # Bolt checks the token with auth.test here, before any listener exists.
+        app = App(
+            client=client,
+            signing_secret=None if signing_secret is None else signing_secret.reveal(),
+            request_verification_enabled=signing_secret is not None,
+            process_before_response=True,
+        )
+    except BoltError as exc:
+        raise SlackStartError(
+            f"Slack refused the bot token ({_slack_error(exc)}); check SLACK_BOT_TOKEN: the "
+            "Bot User OAuth Token (xoxb-...) of the app installed in the workspace"
+        ) from exc
+    except (URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SlackStartError(
+            f"cannot reach Slack's Web API at {client.base_url} ({reason}); check the network, "
+            "a proxy, or [slack] api_url / KIMI_SLACK_API_URL"
+        ) from exc
 
     @app.command(SLASH_COMMAND)
     def kimi(ack: Ack, command: dict[str, Any]) -> None:
@@ -66,3 +86,23 @@ def build_app(client: WebClient, dispatch: Dispatch, signing_secret: Secret | No
         dispatch.click(body)
 
     return app
+
+
+def _slack_error(exc: BoltError) -> str:
+    """Slack's error code in Bolt's message (``... invalid_auth``), else the message."""
+    match = re.search(r"'error': '([a-z_]+)'", str(exc))
+    return match.group(1) if match else str(exc)
+
+
+class _DropTokenSkipped(logging.Filter):
+    """Bolt reads ``SLACK_BOT_TOKEN`` itself and warns on every start that the client given
+    wins over it; the client carries that very token, so the warning says nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
+def _quiet_token_warning() -> None:
+    bolt_log = logging.getLogger("slack_bolt.App")
+    if not any(isinstance(f, _DropTokenSkipped) for f in bolt_log.filters):
+        bolt_log.addFilter(_DropTokenSkipped())

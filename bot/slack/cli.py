@@ -4,8 +4,10 @@ Socket Mode by default (``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``): the bot conne
 With ``--http`` it serves ``/slack/events`` on ``--port`` (``SLACK_BOT_TOKEN``,
 ``SLACK_SIGNING_SECRET``); port 0 picks a free one, logged as
 ``kimi-ops bot: listening on http://0.0.0.0:PORT/slack/events``. A missing or malformed token
-is one line naming the variable, exit 2. On start the bot resumes watching every operation the
-store holds as unfinished, editing the same messages.
+is one line naming the variable, exit 2; so is a token Slack refuses, or a Slack that cannot be
+reached, at start (one line naming the cause and what to check, never a traceback). On start
+the bot resumes watching every operation the store holds as unfinished, editing the same
+messages.
 
 It also runs the database's one report scheduler (capacity samples and scheduled reports),
 unless ``--no-scheduler``: a second bot on the same database without it is refused at start, one
@@ -22,11 +24,13 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
+from urllib.error import URLError
 
 from slack_bolt.adapter.socket_mode import SocketModeHandler
+from slack_sdk.errors import SlackApiError
 
 from bot.chat.config import load_chat_settings
-from bot.errors import ConfigError, SchedulerLocked
+from bot.errors import ConfigError, SchedulerLocked, SlackStartError
 from bot.fleet import load_fleets
 from bot.reports import load_report_settings
 from bot.reports.runtime import add_scheduler_flag
@@ -78,7 +82,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     upgrade_to_head(url)
     sock = bind(args.listen, args.port) if args.http else None
     with Store(url, busy_timeout_s=store_settings.busy_timeout_s) as store:
-        bot = build_bot(chat, slack, tokens, store, env, reports=reports, fleets=fleets)
+        try:
+            bot = build_bot(chat, slack, tokens, store, env, reports=reports, fleets=fleets)
+        except SlackStartError as exc:
+            print(f"kimi-ops bot: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         try:
             if not args.no_scheduler:
                 try:
@@ -98,7 +106,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             else:
                 assert tokens.app is not None
                 print("kimi-ops bot: connecting in Socket Mode", file=sys.stderr, flush=True)
-                _serve_socket_mode(SocketModeHandler(bot.app, app_token=tokens.app.reveal()))
+                try:
+                    _serve_socket_mode(SocketModeHandler(bot.app, app_token=tokens.app.reveal()))
+                except SlackStartError as exc:
+                    print(f"kimi-ops bot: {exc}", file=sys.stderr)
+                    return EXIT_USAGE
         finally:
             bot.close()
     return 0
@@ -110,7 +122,19 @@ def _serve_socket_mode(handler: SocketModeHandler) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    handler.connect()  # type: ignore[no-untyped-call]
+    try:
+        handler.connect()  # type: ignore[no-untyped-call]
+    except SlackApiError as exc:
+        error = exc.response.get("error") if exc.response is not None else exc
+        raise SlackStartError(
+            f"Slack refused to open a Socket Mode connection ({error}); check SLACK_APP_TOKEN: "
+            "an app-level token (xapp-...) with connections:write, and Socket Mode turned on"
+        ) from exc
+    except (URLError, OSError) as exc:
+        raise SlackStartError(
+            f"cannot reach Slack to open a Socket Mode connection ({getattr(exc, 'reason', exc)}); "
+            "check the network or a proxy"
+        ) from exc
     try:
         stop.wait()
     finally:

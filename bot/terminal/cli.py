@@ -36,7 +36,7 @@ from bot.fleet import load_fleets
 from bot.settings import find_config_path, load_config
 from bot.store import Store, StoreSettings, upgrade_to_head
 from bot.terminal.front import TerminalFrontEnd
-from bot.terminal.wording import stopped_watching_line
+from bot.terminal.wording import acting_line, stopped_watching_line
 from bot.vocab import (
     OperationState,
     RolloutState,
@@ -115,8 +115,19 @@ def run_command(core: ChatCore, front: TerminalFrontEnd, text: str, actor: Actor
     return exit_code(reply, final.state)
 
 
+def acting_as(text: str, actor: Actor) -> tuple[Actor, str | None]:
+    """Who runs ``text`` at the prompt, and the command: ``as ben resize ratio 4`` runs one
+    command as ben; ``as ben`` alone (command None) makes ben the prompt's person from then on;
+    anything else runs as ``actor``."""
+    words = text.split(maxsplit=2)
+    if len(words) >= 2 and words[0].lower() == "as":
+        return Actor(words[1]), (words[2] if len(words) == 3 else None)
+    return actor, text.strip()
+
+
 def prompt_loop(core: ChatCore, front: TerminalFrontEnd, actor: Actor, home: Path) -> int:
-    """``kimi> `` until end of input or ``quit``; readline keeps the history across runs."""
+    """``kimi> `` until end of input or ``quit``; readline keeps the history across runs.
+    ``as NAME [COMMAND]`` acts as another person (:func:`acting_as`)."""
     history = home / _HISTORY_FILE
     try:
         import readline
@@ -137,8 +148,12 @@ def prompt_loop(core: ChatCore, front: TerminalFrontEnd, actor: Actor, home: Pat
                 return EXIT_OK
             if text.strip().lower() in ("quit", "exit"):
                 return EXIT_OK
-            if text.strip():
-                run_command(core, front, text, actor)
+            who, command = acting_as(text, actor)
+            if command is None:
+                actor = who
+                print(acting_line(who.id))
+            elif command:
+                run_command(core, front, command, who)
     finally:
         if readline is not None:
             readline.write_history_file(history)

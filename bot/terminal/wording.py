@@ -48,6 +48,7 @@ from bot.terminal.rollout_wording import fleet_reply_lines
 from bot.vocab import EventPhase, OperationState
 
 __all__ = [
+    "acting_line",
     "final_line",
     "notice_line",
     "progress_lines",
@@ -282,6 +283,11 @@ def notice_line(people: tuple[str, ...], watch: Watch, view: ProgressView) -> st
 
 def unreachable_line(watch: Watch, since_hhmm: str) -> str:
     return f"{watch.host}: agent unreachable since {since_hhmm}; still watching"
+
+
+def acting_line(person: str) -> str:
+    """What the prompt says after ``as NAME``."""
+    return f"acting as {person} from now on ('as NAME' switches again)"
 
 
 def stopped_watching_line(operation_id: int) -> str:

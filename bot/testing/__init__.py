@@ -6,6 +6,8 @@
   stand-in's ``apps.connections.open``; pushes envelopes, collects acks, disconnects.
 - :class:`SlackRequestSigner`: Slack-signed HTTP requests (slash commands, interactivity) for
   HTTP mode, including unsigned, wrongly signed and replayed ones.
+- :mod:`bot.testing.web_channel`: the Web API stand-in's channel page, a Slack channel in the
+  browser that sends what a person types and clicks to the app as Slack would.
 
 And for the store: :func:`throwaway_cluster`, a PostgreSQL cluster in a temp dir (when
 :func:`postgres_unavailable` gives no reason), for the store's tests and its bench.
@@ -13,9 +15,10 @@ And for the store: :func:`throwaway_cluster`, a PostgreSQL cluster in a temp dir
 
 from __future__ import annotations
 
-from bot.testing._channels import StoredMessage
+from bot.testing._channels import StoredEphemeral, StoredMessage
 from bot.testing._faults import Fault, FaultPlan
 from bot.testing._methods import Upload
+from bot.testing._payloads import block_actions_payload
 from bot.testing._records import RecordedCall
 from bot.testing._web_api import (
     RESPONSE_URL_LIMIT,
@@ -42,8 +45,10 @@ __all__ = [
     "SlackApiStandIn",
     "SlackRequestSigner",
     "SocketModeStandIn",
+    "StoredEphemeral",
     "StoredMessage",
     "Upload",
+    "block_actions_payload",
     "postgres_unavailable",
     "slack_signature",
     "throwaway_cluster",

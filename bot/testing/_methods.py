@@ -61,7 +61,6 @@ class WebApiMethods:
         self._origin = origin
         self._lock = threading.Lock()
         self._file_ids = itertools.count(1)
-        self._ephemeral_ids = itertools.count(1)
         self.uploads: dict[str, Upload] = {}
         self.socket_mode_url: Callable[[], str] | None = None
         self._usergroups: dict[str, tuple[str, ...]] = {}
@@ -143,12 +142,12 @@ class WebApiMethods:
             return _error("channel_not_found")
         if not user:
             return _error("user_not_in_channel")
-        if not fields.get("text") and not _blocks(fields.get("blocks")):
+        text, blocks = fields.get("text") or "", _blocks(fields.get("blocks"))
+        if not text and not blocks:
             return _error("no_text")
-        # Ephemeral messages are seen by one user and never stored in the channel.
-        with self._lock:
-            n = next(self._ephemeral_ids)
-        return {"ok": True, "message_ts": f"1767900000.{n:06d}"}
+        # Ephemeral messages are seen by one user and never join the channel's history.
+        reply = self.channels.post_ephemeral(channel, user, text, blocks)
+        return {"ok": True, "message_ts": f"1767900000.{reply.seq:06d}"}
 
     def set_usergroup(self, group: str, users: tuple[str, ...]) -> None:
         with self._lock:

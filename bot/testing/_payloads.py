@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-__all__ = ["TEAM_ID", "new_trigger_id", "slash_command_payload"]
+__all__ = ["TEAM_ID", "block_actions_payload", "new_trigger_id", "slash_command_payload"]
 
 TEAM_ID = "T0KIMIOPS"
 APP_ID = "A0KIMIOPS"
@@ -48,4 +48,37 @@ def slash_command_payload(
         "is_enterprise_install": "false",
         "response_url": response_url,
         "trigger_id": trigger_id or new_trigger_id(),
+    }
+
+
+def block_actions_payload(
+    *,
+    user_id: str,
+    channel_id: str,
+    message_ts: str,
+    action_id: str,
+    value: str,
+    block_id: str,
+    response_url: str,
+    channel_name: str = "ops",
+) -> dict[str, Any]:
+    """A ``block_actions`` payload for a click on a button of the message ``message_ts``."""
+    return {
+        "type": "block_actions",
+        "user": {"id": user_id, "username": user_id.lower(), "team_id": TEAM_ID},
+        "api_app_id": APP_ID,
+        "team": {"id": TEAM_ID, "domain": "kimi-ops-test"},
+        "channel": {"id": channel_id, "name": channel_name},
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": channel_id},
+        "trigger_id": new_trigger_id(),
+        "response_url": response_url,
+        "actions": [
+            {
+                "type": "button",
+                "action_id": action_id,
+                "block_id": block_id,
+                "value": value,
+                "action_ts": "1767000001.000000",
+            }
+        ],
     }

@@ -38,13 +38,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
+from bot.errors import InputError
 from bot.testing._background import BackgroundServer
 from bot.testing._bodies import BodyError, parse_body
-from bot.testing._channels import ChannelStore, StoredMessage
+from bot.testing._channels import ChannelStore, StoredEphemeral, StoredMessage
 from bot.testing._faults import FaultPlan
 from bot.testing._methods import METHODS_FOR_APP_TOKEN, Upload, WebApiMethods
 from bot.testing._records import CallLog, RecordedCall, request_token
+from bot.testing.web_channel import ChannelPage, WebChannel
 
 __all__ = ["RESPONSE_URL_LIMIT", "RESPONSE_URL_WINDOW_S", "ResponsePost", "SlackApiStandIn"]
 
@@ -84,6 +87,9 @@ class SlackApiStandIn(BackgroundServer):
         self._response_lock = threading.Lock()
         self._response_ids = itertools.count(1)
         self._response_posts: dict[str, list[ResponsePost]] = {}
+        self._response_senders: dict[str, tuple[str, str]] = {}
+        self.page: WebChannel | None = None
+        self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
 
@@ -106,6 +112,7 @@ class SlackApiStandIn(BackgroundServer):
             self._server.server_close()
 
     def stop(self) -> None:
+        self._stopping.set()  # ends the channel page's event streams
         super().stop()
         self._server.server_close()
 
@@ -140,6 +147,10 @@ class SlackApiStandIn(BackgroundServer):
         """Every message of ``channel`` including thread replies, oldest first."""
         return self._channels.history(channel)
 
+    def ephemerals(self, channel: str, user: str) -> list[StoredEphemeral]:
+        """The ephemeral replies ``user`` was shown in ``channel``, oldest first."""
+        return self._channels.ephemerals(channel, user)
+
     def replies(self, channel: str, thread_ts: str) -> list[StoredMessage]:
         """The replies under ``thread_ts``, oldest first."""
         return self._channels.replies(channel, thread_ts)
@@ -157,11 +168,17 @@ class SlackApiStandIn(BackgroundServer):
 
     # -- response_url ---------------------------------------------------------------------
 
-    def new_response_url(self) -> str:
-        """A fresh ``response_url`` on this stand-in, as Slack puts in a slash command."""
+    def new_response_url(self, *, channel: str | None = None, user: str | None = None) -> str:
+        """A fresh ``response_url`` on this stand-in, as Slack puts in a slash command.
+
+        Given the ``channel`` and ``user`` the command came from, an ephemeral post to it is
+        kept as a reply only that user sees (what the channel page draws), and an
+        ``in_channel`` one is posted in the channel, as Slack does."""
         with self._response_lock:
             url = f"{self.origin}/response/{next(self._response_ids)}"
             self._response_posts[url] = []
+            if channel is not None and user is not None:
+                self._response_senders[url] = (channel, user)
             return url
 
     def response_posts(self, url: str) -> list[ResponsePost]:
@@ -178,7 +195,33 @@ class SlackApiStandIn(BackgroundServer):
             recent = [p for p in posts if p.accepted and now - p.at < RESPONSE_URL_WINDOW_S]
             post = ResponsePost(url, body, len(recent) < RESPONSE_URL_LIMIT, now)
             posts.append(post)
-            return post
+            sender = self._response_senders.get(url)
+        if post.accepted and sender is not None:
+            self._show_response(sender, body)
+        return post
+
+    def _show_response(self, sender: tuple[str, str], body: dict[str, Any]) -> None:
+        channel, user = sender
+        text = str(body.get("text") or "")
+        blocks = body.get("blocks")
+        blocks = blocks if isinstance(blocks, list) else None
+        if body.get("response_type") == "in_channel":
+            self._channels.post(channel, text, blocks, None)
+        else:
+            self._channels.post_ephemeral(channel, user, text, blocks)
+
+    # -- the channel page -----------------------------------------------------------------
+
+    def open_channel_page(self, page: ChannelPage) -> WebChannel:
+        """Serve the channel page (:mod:`bot.testing.web_channel`) on this stand-in's port,
+        acting as Slack towards the app at ``page.app_url``."""
+        self.page = WebChannel(
+            page,
+            self._channels,
+            self.upload,
+            lambda channel, user: self.new_response_url(channel=channel, user=user),
+        )
+        return self.page
 
     # -- Socket Mode ----------------------------------------------------------------------
 
@@ -225,11 +268,81 @@ class SlackApiStandIn(BackgroundServer):
 def _handler_for(stand_in: SlackApiStandIn) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes: with Nagle's algorithm the body waits
+        # for the client's delayed ACK (~40 ms), which Slack never makes a caller wait.
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            page = stand_in.page
+            path, _, query = self.path.partition("?")
+            if page is None:
+                self._send(404, "text/plain", b"no channel page on this stand-in")
+            elif path == "/ui/events":
+                self._events(page)
+            elif path == "/ui/state":
+                user = parse_qs(query).get("user", [page.page.people[0].id])[0]
+                try:
+                    self._json(200, page.state(user))
+                except InputError as exc:
+                    self._json(400, {"ok": False, "error": str(exc)})
+            elif path.startswith("/files/"):
+                found = page.file(path[len("/files/") :])
+                if found is None:
+                    self._send(404, "text/plain", b"no such file")
+                else:
+                    self._send(200, *found)
+            else:
+                asset = page.asset(path.removeprefix("/static/").removeprefix("/"))
+                if asset is None:
+                    self._send(404, "text/plain", b"not found")
+                else:
+                    self._send(200, *asset)
+
+        def _events(self, page: WebChannel) -> None:
+            """Server-sent events: ``changed`` at once, then each time the channel changes; a
+            comment every 15 s keeps proxies from closing a quiet stream."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            version = -1
+            quiet = 0.0
+            try:
+                while not stand_in._stopping.is_set():
+                    seen = page.wait_for_change(version, 0.5)
+                    if seen != version:
+                        version, quiet = seen, 0.0
+                        self.wfile.write(f"event: changed\ndata: {version}\n\n".encode())
+                        self.wfile.flush()
+                    else:
+                        quiet += 0.5
+                        if quiet >= 15:
+                            quiet = 0.0
+                            self.wfile.write(b": quiet\n\n")
+                            self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the page was closed
+            self.close_connection = True
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, answer: dict[str, Any]) -> None:
+            self._send(status, "application/json; charset=utf-8", json.dumps(answer).encode())
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             headers = {k.lower(): v for k, v in self.headers.items()}
             path = self.path.split("?", 1)[0]
+            if path.startswith("/ui/") and stand_in.page is not None:
+                # The page's own requests are not Web API calls: not recorded as calls.
+                self._json(*stand_in.page.post(path[len("/ui/") :], raw))
+                return
             if path.startswith("/api/"):
                 method = path[len("/api/") :]
                 status, extra, answer = stand_in._handle_api(method, headers, raw)

@@ -37,6 +37,7 @@ EXPECTED: dict[str, tuple[tuple[str, ...], set[int]]] = {
     "reports_parallel": (("one_host_s", "all_hosts_s", "hosts"), {1}),
     "slack_ack": (("ack_ms", "ready_to_final_update_ms", "chat_update_calls"), {5}),
     "store_write": (("sqlite", "postgresql", "revisions"), {2, 4}),
+    "web_page": (("updates", "update_to_page_ms"), {1}),
 }  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -78,6 +79,71 @@ def test_sigint_at_the_interactive_prompt_leaves_no_process_behind() -> None:
             demo.kill()
             demo.wait()
         assert demo.stdin is not None
+        demo.stdin.close()
+        reader.join(timeout=10)
+        demo.stdout.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_prompt_acts_as_two_people_reports_and_its_hint_works_from_another_shell() -> None:
+    """At the interactive prompt 'as ben resize ratio 3' proposes as ben and 'apply N' applies
+    it as ana (the second person), 'report' answers (it was "not set up in this process"), the
+    printed KIMI_OPS_CONFIG line lets kimi-ops chat in another shell read the same host, and
+    Ctrl-C says what it stops before exiting 130 (each failed before)."""
+    demo = subprocess.Popen(
+        [*DEMO, "--interactive"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert demo.stdout is not None
+    assert demo.stdin is not None
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in demo.stdout or ()])
+    reader.start()
+
+    def send(text: str) -> None:
+        assert demo.stdin is not None
+        demo.stdin.write(text + "\n")
+        demo.stdin.flush()
+
+    try:
+        seen = "".join(_read_until(lines, "kimi-ops chat --as ana status", timeout_s=240))
+        export = re.search(r"export (KIMI_OPS_CONFIG=\S+) (KIMI_DEMO_AGENT_TOKEN=\S+)", seen)
+        assert export is not None, seen
+        other_env = dict(item.split("=", 1) for item in export.groups())
+        other = subprocess.run(
+            [sys.executable, "-m", "bot", "chat", "--as", "ana", "status"],
+            env={**os.environ, **other_env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert other.returncode == 0, other.stdout + other.stderr
+        assert "kimi-01" in other.stdout
+        assert "server running" in other.stdout
+
+        send("as ben resize ratio 3")
+        proposed = "".join(_read_until(lines, "apply with:", timeout_s=60))
+        number = re.search(r"Proposal #(\d+) for kimi-01", proposed)
+        assert number is not None, proposed
+        send(f"apply {number.group(1)}")
+        applied = "".join(_read_until(lines, "is ready", timeout_s=240))
+        assert "@ben @ana" in applied or "@ana @ben" in applied, applied
+        send("report")
+        report = "".join(_read_until(lines, "kimi-01", timeout_s=60))
+        assert "not set up" not in report, report
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(timeout=60) == 130
+        tail = "".join(_read_until(lines, "interrupted", timeout_s=10))
+        assert "stopping the demo's agent" in tail
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
         demo.stdin.close()
         reader.join(timeout=10)
         demo.stdout.close()

@@ -26,6 +26,7 @@ from bot.testing import (
     SlackRequestSigner,
     SocketModeStandIn,
     StoredMessage,
+    block_actions_payload,
 )
 from tests.chat._core_fixtures import chat_settings
 from tests.chat.conftest import TOKEN, TOKEN_ENV
@@ -73,25 +74,15 @@ class RunningBot:
 
 def click_payload(action: str, proposal: int, user: str, response_url: str) -> dict[str, Any]:
     """A ``block_actions`` payload for a proposal's Apply or Cancel button, as Slack sends it."""
-    return {
-        "type": "block_actions",
-        "user": {"id": user, "username": user.lower(), "team_id": "T0KIMIOPS"},
-        "api_app_id": "A0KIMIOPS",
-        "team": {"id": "T0KIMIOPS", "domain": "kimi-ops-test"},
-        "channel": {"id": CHANNEL, "name": "ops"},
-        "container": {"type": "message", "message_ts": "0", "channel_id": CHANNEL},
-        "trigger_id": "1.2.abc",
-        "response_url": response_url,
-        "actions": [
-            {
-                "type": "button",
-                "action_id": action,
-                "block_id": f"proposal-{proposal}",
-                "value": str(proposal),
-                "action_ts": "1767000001.000000",
-            }
-        ],
-    }
+    return block_actions_payload(
+        user_id=user,
+        channel_id=CHANNEL,
+        message_ts="0",
+        action_id=action,
+        value=str(proposal),
+        block_id=f"proposal-{proposal}",
+        response_url=response_url,
+    )
 
 
 APPLY, CANCEL = APPLY_ACTION, CANCEL_ACTION

@@ -32,7 +32,9 @@ def _config(root: Path) -> Path:
 
 
 @contextmanager
-def _bot(root: Path, slack: SlackApiStandIn, *argv: str) -> Iterator[subprocess.Popen[str]]:
+def _bot(
+    root: Path, slack: SlackApiStandIn, *argv: str, **variables: str
+) -> Iterator[subprocess.Popen[str]]:
     env = {
         **os.environ,
         "SLACK_BOT_TOKEN": slack.bot_token,
@@ -40,6 +42,7 @@ def _bot(root: Path, slack: SlackApiStandIn, *argv: str) -> Iterator[subprocess.
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "KIMI_SLACK_API_URL": slack.url,
         "KIMI_AGENT_TOKEN": "unused",
+        **variables,
     }
     command = [sys.executable, "-m", "bot", "bot", "--config", str(_config(root)), *argv]
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
@@ -135,3 +138,72 @@ def test_a_second_bot_on_the_same_database_is_refused_unless_no_scheduler(
         _listening_url(next_one)  # a refused start would exit 2 before this line
         next_one.send_signal(signal.SIGTERM)
         assert next_one.wait(20) == 0
+
+
+def _one_line_exit_2(process: subprocess.Popen[str]) -> str:
+    """The process exits 2 with one ``kimi-ops bot:`` line and no traceback; that line."""
+    assert process.wait(60) == 2
+    assert process.stderr is not None
+    err = process.stderr.read()
+    assert "Traceback" not in err, err
+    said = [
+        line
+        for line in err.splitlines()
+        if line.startswith("kimi-ops bot:") and "connecting in Socket Mode" not in line
+    ]
+    assert len(said) == 1, err
+    return said[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [(), ("--http", "--port", "0", "--listen", "127.0.0.1")])
+def test_a_token_slack_refuses_is_one_line_and_exit_2(
+    tmp_path: Path, slack: SlackApiStandIn, mode: tuple[str, ...]
+) -> None:
+    """A well-formed bot token Slack refuses (invalid_auth) ends the start in one line naming
+    Slack's error and the variable to check, exit 2, in both modes (it was a 51-line BoltError
+    traceback, exit 1)."""
+    with _bot(tmp_path, slack, *mode, SLACK_BOT_TOKEN="xoxb-wrong") as process:
+        line = _one_line_exit_2(process)
+    assert "invalid_auth" in line
+    assert "SLACK_BOT_TOKEN" in line
+
+
+@pytest.mark.slow
+def test_a_slack_that_cannot_be_reached_is_one_line_and_exit_2(
+    tmp_path: Path, slack: SlackApiStandIn
+) -> None:
+    """With Slack's Web API on a port nobody listens on, Socket Mode's start is one line naming
+    the address and what to check, exit 2 (it was a 101-line URLError traceback)."""
+    nobody = f"http://127.0.0.1:{free_port()}/api/"
+    with _bot(tmp_path, slack, KIMI_SLACK_API_URL=nobody) as process:
+        line = _one_line_exit_2(process)
+    assert "cannot reach Slack" in line
+    assert nobody in line
+
+
+@pytest.mark.slow
+def test_an_app_token_slack_refuses_is_one_line_and_exit_2(
+    tmp_path: Path, slack: SlackApiStandIn
+) -> None:
+    """An app-level token Slack refuses when Socket Mode opens is one line naming
+    SLACK_APP_TOKEN, exit 2."""
+    with _bot(tmp_path, slack, SLACK_APP_TOKEN="xapp-wrong") as process:
+        line = _one_line_exit_2(process)
+    assert "SLACK_APP_TOKEN" in line
+
+
+@pytest.mark.slow
+def test_the_start_does_not_log_that_the_token_is_unused(
+    tmp_path: Path, slack: SlackApiStandIn
+) -> None:
+    """A start with SLACK_BOT_TOKEN set logs no 'token will be unused' line: the client the app
+    is given carries that token."""
+    http = ("--http", "--port", "0", "--listen", "127.0.0.1")
+    with _bot(tmp_path, slack, *http) as process:
+        _listening_url(process)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+        assert process.stderr is not None
+        rest = process.stderr.read()
+    assert "will be unused" not in rest

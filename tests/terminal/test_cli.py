@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.chat.policy import Actor
+from bot.terminal.cli import acting_as
 from tests.chat.conftest import free_port
 
 pytestmark = pytest.mark.slow  # each test runs kimi-ops chat as a subprocess
@@ -73,3 +75,13 @@ def test_bad_settings_and_users_are_refused_before_anything_runs(tmp_path: Path)
     no_token = _chat(tmp_path, "status", token=False)
     assert no_token.returncode == 1
     assert f"{TOKEN_ENV} is not set" in no_token.stderr
+
+
+def test_as_runs_one_command_as_another_person_or_switches() -> None:
+    """At the prompt, 'as ben resize ratio 4' runs that command as ben, 'as ben' alone switches
+    to ben (no command), and any other line runs as the prompt's person."""
+    ana = Actor("ana")
+    assert acting_as("as ben resize ratio 4", ana) == (Actor("ben"), "resize ratio 4")
+    assert acting_as("as ben", ana) == (Actor("ben"), None)
+    assert acting_as("  status  ", ana) == (ana, "status")
+    assert acting_as("assess", ana) == (ana, "assess")
