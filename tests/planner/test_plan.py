@@ -194,7 +194,7 @@ def test_cgroup_limit_caps_the_budget() -> None:
     )
     assert plan.verdict is Verdict.REFUSED
     assert plan.budget_bytes == pytest.approx(200 * GB - RESERVE - 40 * GB)
-    assert "capped by the cgroup limit" in plan.reason
+    assert "capped by the server's cgroup's limit 200.0 GB" in plan.reason
 
 
 def test_refusal_suggests_the_largest_size_that_fits() -> None:
