@@ -104,16 +104,17 @@ def budget_sentence(
     starts with it: "the server's cgroup /system.slice/sglang.service allows 64.0 GB: ..."."""
     free = f"{free_after_stop / GB:.1f} GB free after stop"
     cgroup = f"the server's cgroup {memory.cgroup_path or ''}".rstrip()
+    named = left < 0  # a refusal names the cgroup first; the figures then say "the cgroup"
     if memory.cgroup_binds:
         assert memory.cgroup_limit_bytes is not None
         limit = f"limit {memory.cgroup_limit_bytes / GB:.1f} GB"
         if memory.cgroup_headroom_bytes is None:
-            free += f" (capped by {cgroup}'s {limit}"
+            free += f" (capped by {'the cgroup' if named else cgroup}'s {limit}"
         else:
             free += f" ({memory.cgroup_headroom_bytes / GB:.1f} headroom"
             if memory.server_held_bytes:
                 free += f" + {memory.server_held_bytes / GB:.1f} released by the restart"
-            free += f" in {cgroup}, {limit}"
+            free += f" in {'the cgroup' if named else cgroup}, {limit}"
         free += f"; the host alone has {memory.host_after_stop_bytes / GB:.1f})"
     elif memory.server_held_bytes:
         free += (
@@ -133,7 +134,7 @@ def budget_sentence(
         parts = "".join(f" + {b / GB:.2f} GB {name}" for name, b in extras.items())
         per_rank = f"({per_rank} KV{parts})"
     allows = ""
-    if memory.cgroup_binds and left < 0:
+    if memory.cgroup_binds and named:
         allows = f"{cgroup} allows {free_after_stop / GB:.1f} GB: "
     return allows + (
         f"{request.phrase()} needs {ranks} rank{'s' if ranks != 1 else ''} x "

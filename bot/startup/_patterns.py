@@ -88,6 +88,11 @@ HOST_POOL_NEW = re.compile(
 # Allocating 29.02 GB host memory for DSA indexer (layout=page_first), packed MTP layers: ...
 HOST_EXTRA = re.compile(r"Allocating ([\d.]+) GB host memory for ([^(,]+?) ?(?:\(|,|\.?$)")
 
+# HiCache memory headroom: host 123.4 GiB, cgroup 56.7 GiB
+# (0.5.23, logged when the process is in a memory cgroup, before it sizes the host pools: host
+# MemAvailable and the cgroup's headroom)
+HEADROOM = re.compile(r"HiCache memory headroom: host ([\d.]+) GiB, cgroup ([\d.]+) GiB")
+
 # max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 

@@ -24,6 +24,7 @@ from bot.startup.events import (
     GraphProgress,
     HostPool,
     MaxTotalTokens,
+    MemoryHeadroom,
     Phase,
     PhaseStarted,
     PoolKind,
@@ -125,6 +126,9 @@ class StartupReport:
     device_pool_undecided: str | None = None
     host_extra_gb_per_rank: dict[str, dict[str, float]] = field(default_factory=dict)
     host_total_gb_per_rank: dict[str, float] = field(default_factory=dict)
+    #: SGLang's own ``HiCache memory headroom: host X GiB, cgroup Y GiB`` line (the first
+    #: rank's), when it logged one: what it saw before sizing the host pools.
+    sglang_headroom: MemoryHeadroom | None = None
 
     @property
     def started_at(self) -> datetime | None:
@@ -171,6 +175,13 @@ class StartupReport:
             "draft_pool": None if self.draft_pool is None else self.draft_pool.to_dict(),
             "device_pool_undecided": self.device_pool_undecided,
             "host_tokens_per_rank": dict(self.host_tokens_per_rank),
+            "sglang_headroom": None
+            if self.sglang_headroom is None
+            else {
+                "host_gib": self.sglang_headroom.host_gib,
+                "cgroup_gib": self.sglang_headroom.cgroup_gib,
+                "headroom_gib": self.sglang_headroom.headroom_gib,
+            },
             "ready": self.ready,
             "ready_at": _iso(self.ready_at),
             "started_at": _iso(self.started_at),
@@ -207,6 +218,7 @@ class ReportBuilder:
         self._host_gb: dict[str, dict[str, float]] = {}
         self._host_tokens: dict[str, int] = {}
         self._failure: FailureSeen | None = None
+        self._headroom: MemoryHeadroom | None = None
 
     def add(self, event: Event) -> None:
         """Take the next event in log order."""
@@ -234,6 +246,9 @@ class ReportBuilder:
                 self._host_gb.setdefault(rank or NO_RANK, {})[pool] = gb
                 if tokens is not None and pool == KV_HOST_POOL:
                     self._host_tokens[rank or NO_RANK] = tokens
+            case MemoryHeadroom():
+                if self._headroom is None:
+                    self._headroom = event
             case FailureSeen():
                 self._failure = event
 
@@ -293,6 +308,7 @@ class ReportBuilder:
             ),
             ready=ready,
             ready_at=ready_at,
+            sglang_headroom=self._headroom,
             failure=None
             if failure is None
             else Failure(kind=failure.kind, lines=failure.lines, at=failure.at),

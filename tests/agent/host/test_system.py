@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -326,3 +328,85 @@ def test_stray_detokenizer_child_of_excluded_server_is_not_a_stray(spawn: Spawn)
     probe = SystemProbe()
     assert [i for i in probe.stray_server_processes([]) if i.pid == child_pid]
     assert not [i for i in probe.stray_server_processes([server.pid]) if i.pid == child_pid]
+
+
+V1_MEMORY_MOUNT = Path("/sys/fs/cgroup/memory")
+_GROW_ON_GO = (
+    "import sys, time\n"
+    "sys.stdin.readline()\n"
+    "held = bytearray(64 * 1024 * 1024)\n"
+    "for i in range(0, len(held), 4096): held[i] = 1\n"
+    "print('grown', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def _own_v1_memory_cgroup() -> str:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    pytest.fail(
+        "this test needs a cgroup v1 memory hierarchy: /proc/self/cgroup has no memory line"
+    )
+
+
+def _v1_used(directory: Path) -> int:
+    usage = int((directory / "memory.usage_in_bytes").read_text())
+    stat = dict(line.split() for line in (directory / "memory.stat").read_text().splitlines())
+    return max(0, usage - int(stat["total_active_file"]) - int(stat["total_inactive_file"]))
+
+
+@pytest.mark.slow
+def test_a_real_v1_memory_cgroup_is_the_servers_domain(spawn: Spawn) -> None:
+    """A real child memory cgroup of this process's, limited to 14 GiB, holding a sleeping
+    process: the probe reads that process's domain (the child cgroup, 14 GiB, its headroom) and
+    takes the cgroup's own usage as what a stop frees (64 MiB touched inside it)."""
+    own = _own_v1_memory_cgroup()
+    parent = V1_MEMORY_MOUNT / own.lstrip("/")
+    name = f"kimi-ops-test-{os.getpid()}"
+    directory = parent / name
+    try:
+        directory.mkdir()
+    except OSError as exc:
+        pytest.fail(
+            f"this test needs a writable cgroup v1 memory hierarchy: mkdir {directory} failed "
+            f"({exc}); run it as root on a host whose memory controller is mounted at "
+            f"{V1_MEMORY_MOUNT}"
+        )
+    child = None
+    try:
+        (directory / "memory.limit_in_bytes").write_text(str(14 * GIB))
+        child = spawn(PYTHON, "-c", _GROW_ON_GO, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        (directory / "cgroup.procs").write_text(str(child.pid))
+        # Pages are charged where they are first touched: grow once inside the cgroup.
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == b"grown"
+        ram = SystemProbe().ram(ServerCgroup(pid=child.pid))
+        used = _v1_used(directory)
+        assert ram.cgroup == f"{own}/{name}"
+        assert (ram.cgroup_path, ram.cgroup_limit_file) == (
+            f"{own}/{name}",
+            "memory.limit_in_bytes",
+        )
+        assert ram.cgroup_limit_bytes == 14 * GIB
+        assert ram.cgroup_used_bytes == pytest.approx(used, abs=2**20)
+        assert ram.cgroup_headroom_bytes == pytest.approx(14 * GIB - used, abs=2**20)
+        assert ram.headroom_bytes == min(ram.available_bytes, ram.cgroup_headroom_bytes)
+        assert ram.server_cgroup_used_bytes == pytest.approx(used, abs=2**20)
+        assert used >= 64 * 2**20
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while directory.exists():
+            try:
+                directory.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
