@@ -46,6 +46,12 @@ class AgentStatus:
     #: The server's URL as a fleet's router reaches it (``[agent] router_url``, else its own
     #: URL); None from agents older than this field.
     router_url: str | None = None
+    #: The server's memory domain: the level whose limit binds (``/system.slice (memory.high)``),
+    #: that limit, and what the domain gives (host and cgroup); None from older agents or
+    #: without a cgroup limit.
+    ram_cgroup_limit_from: str | None = None
+    ram_cgroup_limit_gb: float | None = None
+    ram_headroom_gb: float | None = None
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -94,6 +100,9 @@ class AgentStatus:
             raw=dict(status),
             metrics=_metrics(status.get("metrics"), f"{where}'s metrics"),
             router_url=optional(server, "router_url", str, f"{where}'s server"),
+            ram_cgroup_limit_from=optional(ram, "cgroup_limit_from", str, f"{where}'s ram"),
+            ram_cgroup_limit_gb=number(ram, "cgroup_limit_gb", f"{where}'s ram"),
+            ram_headroom_gb=number(ram, "headroom_gb", f"{where}'s ram"),
         )
 
 

@@ -336,7 +336,14 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
                 f"{_num(status.host_gb_per_rank)} GB/rank x {status.ranks or '?'}",
                 f"*Host RAM*\n{_num(status.ram_available_gb, 1)} of "
                 f"{_num(status.ram_total_gb, 1)} GB free; "
-                f"{_num(status.ram_server_held_gb, 1)} GB held by the server",
+                f"{_num(status.ram_server_held_gb, 1)} GB held by the server"
+                + (
+                    ""
+                    if status.ram_cgroup_limit_from is None
+                    else f"; cgroup {status.ram_cgroup_limit_from} limit "
+                    f"{_num(status.ram_cgroup_limit_gb, 1)} GB, "
+                    f"{_num(status.ram_headroom_gb, 1)} GB headroom"
+                ),
                 f"*GPUs*\n{_gpus(status)}",
                 f"*Operation*\n{running}",
             ]

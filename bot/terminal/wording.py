@@ -117,11 +117,21 @@ def _status(answer: HostAnswer) -> list[str]:
         f"per rank x {status.ranks or '?'} ranks",
         f"  host RAM  {_num(status.ram_available_gb, 1)} GB available of "
         f"{_num(status.ram_total_gb, 1)} GB; {_num(status.ram_server_held_gb, 1)} GB held by "
-        "the server",
+        f"the server{_cgroup(status)}",
         f"  GPUs      {_gpus(status)}",
         f"  operation {_running(status)}",
         *(f"  problem   {problem}" for problem in status.problems),
     ]
+
+
+def _cgroup(status: AgentStatus) -> str:
+    """ "; cgroup /system.slice (memory.high) limits it to 100.0 GB, 42.0 GB headroom", or ""."""
+    if status.ram_cgroup_limit_from is None or status.ram_cgroup_limit_gb is None:
+        return ""
+    return (
+        f"; cgroup {status.ram_cgroup_limit_from} limits it to "
+        f"{_num(status.ram_cgroup_limit_gb, 1)} GB, {_num(status.ram_headroom_gb, 1)} GB headroom"
+    )
 
 
 def _gpus(status: AgentStatus) -> str:

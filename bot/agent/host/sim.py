@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 
 from bot.agent.host import _process_table
 from bot.agent.host._tree_cache import TreeMembers
-from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts
+from bot.agent.host.probe import (
+    GpuFacts,
+    GpuInfo,
+    GpuProcess,
+    ProcessInfo,
+    RamFacts,
+    ServerCgroup,
+    released_within,
+)
 from bot.clock import Clock, SystemClock
 from bot.sim import HostProfile, HostSnapshot, load_profile, read_host_state, state_dir_for
 
@@ -61,7 +69,8 @@ class SimProbe:
             self.profile, self.state_dir, None if self._now is None else self._now()
         )
 
-    def ram(self) -> RamFacts:
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
+        """The simulated host's RAM; the simulated server runs in no memory cgroup."""
         snapshot = self._snapshot()
         return RamFacts(snapshot.ram_total_bytes, snapshot.ram_available_bytes)
 
@@ -81,11 +90,13 @@ class SimProbe:
             ),
         )
 
-    def process_tree_rss(self, pid: int) -> int:
+    def released_by_stop(self, pid: int, ram: RamFacts) -> int:
         """Host bytes the simulator records for ``pid`` or any of its descendants (a launcher
-        may sit between the agent and the simulator); 0 when none is a live simulated server."""
+        may sit between the agent and the simulator), within what ``ram`` has in use; 0 when
+        none is a live simulated server."""
         tree = self._trees.members(pid) or {pid}
-        return sum(s.host_bytes for s in self._snapshot().servers if s.pid in tree)
+        held = sum(s.host_bytes for s in self._snapshot().servers if s.pid in tree)
+        return released_within(held, ram)
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
         """The simulated host's ``sglang::*`` GPU holders outside the trees of

@@ -31,7 +31,7 @@ def test_idle_simulated_host_reports_the_profile(tmp_path: Path) -> None:
         (0, 24 * GIB, ()),
         (1, 24 * GIB, ()),
     ]
-    assert probe.process_tree_rss(2**22 + 3) == 0
+    assert probe.released_by_stop(2**22 + 3, probe.ram()) == 0
 
 
 @pytest.mark.slow
