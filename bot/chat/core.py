@@ -27,6 +27,7 @@ from bot.chat.config import ChatSettings
 from bot.chat.grammar import (
     Apply,
     Cancel,
+    FleetRejoin,
     FleetResize,
     FleetRestart,
     FleetResume,
@@ -75,6 +76,7 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     FleetRestart: fleet_commands.fleet_restart,
     FleetRollback: fleet_commands.fleet_rollback,
     FleetResume: fleet_commands.fleet_resume,
+    FleetRejoin: fleet_commands.fleet_rejoin,
     Fleets: fleet_commands.fleets,
 }
 

@@ -7,7 +7,12 @@ replica. Applying the first replica's proposal number (the one the reply shows) 
 whole rollout, under the same policy as a single host: who may apply, the second person, expiry,
 and void once another operation ran on any replica. ``restart fleet`` and ``rollback fleet``
 need no proposal, as for one host; ``rollback fleet`` undoes only the replicas the fleet's last
-rollout changed, one by one with the same drain.
+resize changed, one by one with the same drain, each line naming the config it returns to.
+
+Every agent of the fleet is asked before anything is recorded as running: one that does not
+answer refuses the command, naming it (exit 3 in the terminal, an answer in Slack), as does a
+fleet already in a rollout. A replica that serves but is out of the router is shown by
+``fleets`` and put back by ``resume fleet`` or ``fleet <name> rejoin <host>``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from bot.chat.config import HostSettings
 from bot.chat.grammar import (
     Apply,
     Cancel,
+    FleetRejoin,
     FleetResize,
     FleetRestart,
     FleetResume,
@@ -37,6 +43,7 @@ from bot.chat.replies import (
     FleetRefusalReply,
     FleetsReply,
     ProblemReply,
+    RejoinReply,
     Reply,
     RolloutReply,
 )
@@ -46,7 +53,8 @@ from bot.errors import AgentError, FleetBusy, NotFound
 from bot.fleet.config import FleetSettings
 from bot.fleet.desk import FleetDesk, RolloutSink, view_of
 from bot.fleet.plan import FleetChange, FleetRefusal
-from bot.fleet.view import RolloutView
+from bot.fleet.rejoin import serving_out
+from bot.fleet.view import ReplicaView, RolloutView
 from bot.store import RevisionOutcome, RolloutRecord, Store
 from bot.vocab import (
     OperationKind,
@@ -58,6 +66,7 @@ __all__ = [
     "apply",
     "attach_fleets",
     "cancel",
+    "fleet_rejoin",
     "fleet_resize",
     "fleet_restart",
     "fleet_resume",
@@ -210,7 +219,7 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
     try:
         started = desk.start(record.id, actor.id)
     except FleetBusy as exc:
-        return ProblemReply(str(exc))
+        return _busy(record.fleet, record.change, exc)
     if started.applied_by != actor.id:
         lost = ctx.policy.check_apply(actor, _terms(started, terms), ctx.clock.now(), None)
         assert lost is not None  # started by another: LOCKED
@@ -243,6 +252,12 @@ def cancel(ctx: Context, actor: Actor, command: Cancel) -> Reply:
     return CancelledReply(shown, actor.id)
 
 
+def _busy(name: str, change: str, exc: FleetBusy) -> FleetRefusalReply:
+    """A fleet already in a rollout refuses another (nothing touched): a refusal, not an
+    error."""
+    return FleetRefusalReply(FleetRefusal(name, change, ((f"fleet {name}", str(exc)),), ()))
+
+
 def _direct(ctx: Context, actor: Actor, name: str, change: FleetChange, action: Action) -> Reply:
     desk = _desk(ctx, name)
     if isinstance(desk, ProblemReply):
@@ -250,21 +265,50 @@ def _direct(ctx: Context, actor: Actor, name: str, change: FleetChange, action: 
     refusal = ctx.policy.may(actor, action, f"fleet {name}")
     if refusal is not None:
         return refused(ctx, refusal)
+    replicas: tuple[ReplicaView, ...] = ()
+    if change.kind is OperationKind.ROLLBACK:
+        undo = _to_undo(desk, name)
+        if isinstance(undo, ProblemReply):
+            return undo
+    try:
+        desk.refuse_busy(name)
+    except FleetBusy as exc:
+        return _busy(name, change.label, exc)
     planned = desk.plan(name, change)
-    assert not isinstance(planned, FleetRefusal)  # only a resize is planned to refuse
+    if isinstance(planned, FleetRefusal):
+        desk.refuse(planned, change, actor.id, ctx.channel)
+        return FleetRefusalReply(planned)
     replicas = planned.replicas
     if change.kind is OperationKind.ROLLBACK:
-        last = desk.store.last_rollout(name)
-        changed = set() if last is None else {r.host for r in last.replicas
-                                              if r.phase is ReplicaPhase.DONE}  # fmt: skip
-        if last is None or not changed or last.kind is OperationKind.ROLLBACK:
-            return ProblemReply(f"fleet {name}'s last rollout changed no replica to undo")
-        replicas = tuple(line for line in replicas if line.host in changed)
+        assert not isinstance(undo, ProblemReply)
+        replicas = tuple(
+            replace(line, new_config=undo[line.host]) for line in replicas if line.host in undo
+        )
     try:
         record = desk.begin(name, change, replicas, actor.id, ctx.channel)
     except FleetBusy as exc:
-        return ProblemReply(str(exc))
+        return _busy(name, change.label, exc)
     return RolloutReply(view_of(record))
+
+
+def _to_undo(desk: FleetDesk, name: str) -> dict[str, str | None] | ProblemReply:
+    """The replicas ``rollback fleet`` returns, each to the config it had before the fleet's
+    last rollout: only a resize changes configs, so after a restart or a rollback there is
+    nothing to undo (an agent's rollback would go past them to the resize before)."""
+    last = desk.store.last_rollout(name)
+    if last is None:
+        return ProblemReply(f"fleet {name}'s last rollout changed no replica to undo")
+    if last.kind is not OperationKind.RESIZE:
+        return ProblemReply(
+            f"fleet {name}'s last rollout (#{last.id}, {last.change}) changed no config to "
+            "undo; 'rollback <revision> <host>' returns one replica to a config of its history"
+        )
+    changed = {r.host: r.old_config for r in last.replicas if r.phase is ReplicaPhase.DONE}
+    if not changed:
+        return ProblemReply(
+            f"fleet {name}'s last rollout (#{last.id}, {last.change}) changed no replica to undo"
+        )
+    return changed
 
 
 def fleet_restart(ctx: Context, actor: Actor, command: FleetRestart) -> Reply:
@@ -291,24 +335,85 @@ def fleet_resume(ctx: Context, actor: Actor, command: FleetResume) -> Reply:
     last = desk.store.last_rollout(command.fleet)
     if last is None or last.state is not RolloutState.STOPPED:
         running = desk.running_in(command.fleet)
-        what = "is running here" if running is not None else "has nothing to resume"
-        return ProblemReply(f"fleet {command.fleet} {what}")
+        if running is not None:
+            return ProblemReply(f"fleet {command.fleet} is running here")
+        return _rejoin_serving(ctx, desk, command.fleet)
     desk.store.save_rollout(last.id, RolloutState.RUNNING, last.replicas, None,
                             at=ctx.clock.now())  # fmt: skip
     resumed = desk.resume(command.fleet)
     return RolloutReply(view_of(resumed[0]) if resumed else view_of(last), resumed=True)
 
 
+def _rejoin_serving(ctx: Context, desk: FleetDesk, name: str) -> Reply:
+    """``resume fleet`` with no rollout to carry on: put back every replica that serves but is
+    out of the router, each after its health and breaker are checked."""
+    fleet = desk.fleet(name)
+    listing = desk.listing(name)
+    if listing.workers is None:
+        return ProblemReply(f"fleet {name} has nothing to resume, and {listing.problem}")
+    agents = {h: ctx.clients[h] for h in fleet.hosts}
+    out = serving_out(fleet, listing.holds, dict(agents))
+    if not out:
+        return ProblemReply(f"fleet {name} has nothing to resume")
+    return fleet_rejoin_hosts(desk, name, out)
+
+
+def fleet_rejoin_hosts(desk: FleetDesk, name: str, hosts: tuple[str, ...]) -> Reply:
+    try:
+        return RejoinReply(name, tuple(desk.rejoin(name, host) for host in hosts))
+    except FleetBusy as exc:
+        return _busy(name, f"rejoin {', '.join(hosts)}", exc)
+
+
+def fleet_rejoin(ctx: Context, actor: Actor, command: FleetRejoin) -> Reply:
+    """``fleet <name> rejoin <host>``: put one replica back in the router once it serves."""
+    desk = _desk(ctx, command.fleet)
+    if isinstance(desk, ProblemReply):
+        return desk
+    refusal = ctx.policy.may(actor, Action.APPLY, f"fleet {command.fleet}")
+    if refusal is not None:
+        return refused(ctx, refusal)
+    try:
+        return fleet_rejoin_hosts(desk, command.fleet, (command.host,))
+    except NotFound as exc:
+        return ProblemReply(str(exc))
+
+
 def fleets(ctx: Context, actor: Actor, command: Fleets) -> Reply:
-    """Every fleet with its replicas' status (config, health), in rollout order."""
+    """Every fleet with its replicas' status (config, health), in rollout order: which the
+    router does not hold, whether the router answers, and the last rollout when it stopped."""
     if ctx.fleets is None:
         return ProblemReply(_NO_FLEETS)
     desk = ctx.fleets
     answers = []
     for name, fleet in desk.fleets.items():
         hosts: list[HostSettings] = [ctx.settings.host(h) for h in fleet.hosts]
-        replicas = ask_all(ctx, tuple(h.name for h in hosts))
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            asked = pool.submit(ask_all, ctx, tuple(h.name for h in hosts))
+            listed = pool.submit(desk.listing, name)
+            replicas, listing = asked.result(), listed.result()
         running = desk.running_in(name)
-        answers.append(FleetAnswer(name, fleet.router, replicas,
-                                   None if running is None else view_of(running)))  # fmt: skip
+        last = desk.store.last_rollout(name)
+        stopped = last if last is not None and last.state is RolloutState.STOPPED else None
+        out: tuple[str, ...] = ()
+        if listing.workers is not None:
+            out = tuple(
+                answer.host
+                for answer in replicas
+                if not listing.holds(
+                    fleet.url(answer.host, None if answer.status is None
+                              else answer.status.router_url) or ""
+                )
+            )  # fmt: skip
+        answers.append(
+            FleetAnswer(
+                name,
+                fleet.router,
+                replicas,
+                None if running is None else view_of(running),
+                stopped=None if stopped is None else view_of(stopped),
+                router_problem=listing.problem,
+                out_of_router=out,
+            )
+        )
     return FleetsReply(tuple(answers))
