@@ -33,6 +33,9 @@ from bot.chat.grammar import (
     FleetResume,
     FleetRollback,
     Fleets,
+    Resize,
+    Restart,
+    Rollback,
 )
 from bot.chat.handler_context import Context
 from bot.chat.policy import Action, Actor, ProposalState, ProposalTerms, RefusalKind
@@ -66,12 +69,16 @@ __all__ = [
     "apply",
     "attach_fleets",
     "cancel",
+    "fleet_of",
     "fleet_rejoin",
     "fleet_resize",
     "fleet_restart",
     "fleet_resume",
     "fleet_rollback",
     "fleets",
+    "host_resize",
+    "host_restart",
+    "host_rollback",
 ]
 
 _NO_FLEETS = "no fleet is configured in this kimi-ops process (add a [fleets.NAME] section)"
@@ -191,12 +198,70 @@ def _last_operation_at(ctx: Context, hosts: tuple[str, ...]) -> datetime | None:
     return max(times, default=None)
 
 
+def fleet_of(ctx: Context, host: str) -> str | None:
+    """The fleet ``host`` serves in, if any (a host is a replica of one fleet at most that
+    matters: the first that names it)."""
+    if ctx.fleets is None:
+        return None
+    return next((name for name, f in ctx.fleets.fleets.items() if host in f.hosts), None)
+
+
+def _single_host_refused(ctx: Context, host: str | None, what: str, fleet_cmd: str) -> Reply | None:
+    """A single-host change on a fleet's replica is refused: it would restart the replica while
+    the router still sends it requests (they fail), and leave max_unavailable uncounted. The
+    fleet's own command drains it through the router first."""
+    name = ctx.settings.host(host).name
+    fleet = fleet_of(ctx, name)
+    if fleet is None:
+        return None
+    why = (
+        f"{name} is a replica of fleet {fleet}: a single-host {what} would restart it while "
+        f"fleet {fleet}'s router still sends it requests; use '{fleet_cmd.format(fleet=fleet)}', "
+        "which takes each replica out of the router and drains it first"
+    )
+    return FleetRefusalReply(FleetRefusal(fleet, f"{what} on {name}", ((name, why),), ()))
+
+
+def host_resize(ctx: Context, actor: Actor, command: Resize) -> Reply:
+    """``resize ... [host]``: refused on a fleet's replica, else the host's proposal."""
+    value = f"size {command.size_gb}" if command.size_gb is not None else f"ratio {command.ratio:g}"
+    blocked = _single_host_refused(ctx, command.host, "resize", f"resize {value} fleet {{fleet}}")
+    return blocked or change_commands.resize(ctx, actor, command)
+
+
+def host_restart(ctx: Context, actor: Actor, command: Restart) -> Reply:
+    """``restart [host]``: refused on a fleet's replica, else the host's restart."""
+    blocked = _single_host_refused(ctx, command.host, "restart", "restart fleet {fleet}")
+    return blocked or change_commands.restart(ctx, actor, command)
+
+
+def host_rollback(ctx: Context, actor: Actor, command: Rollback) -> Reply:
+    """``rollback [revision] [host]``: refused on a fleet's replica, else the host's."""
+    blocked = _single_host_refused(ctx, command.host, "rollback", "rollback fleet {fleet}")
+    return blocked or change_commands.rollback(ctx, actor, command)
+
+
 def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
-    """``apply <id>``: a fleet's proposal starts its rollout; any other goes to the host."""
+    """``apply <id>``: a fleet's proposal starts its rollout; any other goes to the host,
+    unless the host is a fleet's replica (a proposal made before it joined the fleet, or a
+    report's recommendation): that is refused, naming the fleet command."""
     record = None
     if ctx.fleets is not None:
         record = ctx.fleets.store.rollout_by_proposal(command.proposal_id)
     if record is None:
+        try:
+            terms = ctx.audit.proposal(command.proposal_id)
+        except NotFound:
+            terms = None
+        if terms is not None and terms.host in ctx.settings.host_names:
+            setting = (
+                f"size {terms.size_gb}" if terms.size_gb is not None else f"ratio {terms.ratio:g}"
+            )
+            blocked = _single_host_refused(
+                ctx, terms.host, f"proposal #{terms.id}", f"resize {setting} fleet {{fleet}}"
+            )
+            if blocked is not None:
+                return blocked
         return change_commands.apply(ctx, actor, command)
     desk = ctx.fleets
     assert desk is not None
@@ -355,10 +420,10 @@ def _rejoin_serving(ctx: Context, desk: FleetDesk, name: str) -> Reply:
     out = serving_out(fleet, listing.holds, dict(agents))
     if not out:
         return ProblemReply(f"fleet {name} has nothing to resume")
-    return fleet_rejoin_hosts(desk, name, out)
+    return _rejoin_hosts(desk, name, out)
 
 
-def fleet_rejoin_hosts(desk: FleetDesk, name: str, hosts: tuple[str, ...]) -> Reply:
+def _rejoin_hosts(desk: FleetDesk, name: str, hosts: tuple[str, ...]) -> Reply:
     try:
         return RejoinReply(name, tuple(desk.rejoin(name, host) for host in hosts))
     except FleetBusy as exc:
@@ -374,7 +439,7 @@ def fleet_rejoin(ctx: Context, actor: Actor, command: FleetRejoin) -> Reply:
     if refusal is not None:
         return refused(ctx, refusal)
     try:
-        return fleet_rejoin_hosts(desk, command.fleet, (command.host,))
+        return _rejoin_hosts(desk, command.fleet, (command.host,))
     except NotFound as exc:
         return ProblemReply(str(exc))
 
