@@ -17,7 +17,7 @@ fleet already in a rollout. A replica that serves but is out of the router is sh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -54,7 +54,7 @@ from bot.chat.shared_replies import ask_all, refused
 from bot.clock import Clock
 from bot.errors import AgentError, FleetBusy, NotFound
 from bot.fleet.config import FleetSettings
-from bot.fleet.desk import FleetDesk, RolloutSink, view_of
+from bot.fleet.desk import ClosingRouter, FleetDesk, RolloutSink, router_of, view_of
 from bot.fleet.plan import FleetChange, FleetRefusal
 from bot.fleet.rejoin import serving_out
 from bot.fleet.view import ReplicaView, RolloutView
@@ -118,14 +118,17 @@ def attach_fleets(
     fleets: Mapping[str, FleetSettings],
     front: RolloutSink,
     event_wait_s: float = 20.0,
+    router: Callable[[FleetSettings], ClosingRouter] = router_of,
 ) -> FleetDesk:
-    """Give ``ctx`` its fleet desk over the agents it already holds; the caller resumes it."""
+    """Give ``ctx`` its fleet desk over the agents it already holds (``router`` makes each
+    fleet's router client); the caller resumes it."""
     desk = FleetDesk(
         fleets,
         store,
         ctx.clients,
         _AuditingSink(front, store, ctx.clock),
         ctx.clock,
+        router=router,
         event_wait_s=event_wait_s,
     )
     ctx.fleets = desk
