@@ -244,8 +244,8 @@ def test_rollback_fleet_after_a_restart_undoes_nothing_and_a_busy_fleet_refuses(
     solo runs, 'restart fleet solo' is a refusal, exit 3 (it was an error, exit 1)."""
     with _core(tmp_path, kimi_01, hung, StandInRouter({})) as (core, store):
         url = _server_url(kimi_01)
-        restarted = _record_done(store, "solo", OperationKind.RESTART,
-                                 (ReplicaView("kimi-01", url, phase=ReplicaPhase.DONE),))  # fmt: skip
+        line = ReplicaView("kimi-01", url, phase=ReplicaPhase.DONE)
+        restarted = _record_done(store, "solo", OperationKind.RESTART, (line,))
         nothing = core.handle("rollback fleet solo", ANA)
         assert nothing == ProblemReply(
             f"fleet solo's last rollout (#{restarted.id}, restart) changed no config to undo; "
