@@ -70,11 +70,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("resize ratio 4 fleet prod", "propose ratio 4 on every replica of fleet prod, one by one"),
     ("restart fleet prod", "restart fleet prod's replicas one by one, out of the router"),
     ("rollback fleet prod", "undo the replicas fleet prod's last rollout changed"),
-    (
-        "resume fleet prod",
-        "carry on fleet prod's stopped rollout, or put back its replicas"
-        " that serve but are out of the router",
-    ),
+    ("resume fleet prod", "carry on fleet prod's stopped rollout, or put back its replicas"),
     ("fleet prod rejoin kimi-02", "put kimi-02 back in fleet prod's router once it is healthy"),
 )
 

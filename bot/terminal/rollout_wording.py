@@ -22,7 +22,7 @@ from bot.vocab import RolloutState
 
 __all__ = ["fleet_reply_lines", "replica_end_line", "rollout_lines"]
 
-_WIDTH = 12  # the longest phase, "rolling back"
+_WIDTH = 11  # the longest phase value, "rolled_back" ("rolling back" runs one over)
 
 
 def _replica(view: RolloutView, line: ReplicaView) -> str:
