@@ -145,6 +145,20 @@ def _desk(ctx: Context, name: str) -> FleetDesk | ProblemReply:
     return ctx.fleets
 
 
+def propose_for_replica(
+    ctx: Context, host: str, proposed_by: str, ratio: float | None, size_gb: int | None
+) -> FleetProposalReply | FleetRefusalReply | None:
+    """A recommendation for ``host``, when it is a fleet's replica, as a proposal for its whole
+    fleet (None for a host in no fleet): every replica planned, applied one by one through the
+    router."""
+    fleet = fleet_of(ctx, host)
+    if fleet is None:
+        return None
+    reply = fleet_resize(ctx, Actor(proposed_by), FleetResize(fleet, ratio=ratio, size_gb=size_gb))
+    assert isinstance(reply, FleetProposalReply | FleetRefusalReply), reply
+    return reply
+
+
 def fleet_resize(ctx: Context, actor: Actor, command: FleetResize) -> Reply:
     """Plan every replica; a refusal is recorded and shown, else one proposal per replica."""
     desk = _desk(ctx, command.fleet)

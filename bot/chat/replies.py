@@ -138,6 +138,9 @@ class HostReportView:
     chart: ChartImage | None = None
     proposal: ProposalReply | None = None
     evidence: str | None = None  # why the proposal was made
+    #: For a fleet's replica the recommendation is a fleet proposal (or its refusal): a
+    #: single-host change would restart the replica while the router still sends to it.
+    fleet_proposal: FleetProposalReply | FleetRefusalReply | None = None
 
 
 @dataclass(frozen=True)

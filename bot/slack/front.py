@@ -225,6 +225,8 @@ class SlackFrontEnd:
         for view in reply.hosts:
             if view.proposal is not None:
                 self._post_proposal(origin, view.proposal)
+            if isinstance(view.fleet_proposal, FleetProposalReply):
+                self._route_fleet(origin, view.fleet_proposal)
 
     def _void_others(self, reply: OperationReply) -> None:
         place = self._book.operation(reply.watch.host, reply.operation.id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,19 @@ from bot.chat.core import ChatCore
 from bot.chat.fleet_commands import attach_fleets
 from bot.chat.policy import Actor
 from bot.chat.replies import (
+    FleetProposalReply,
     FleetRefusalReply,
     FleetsReply,
     ProblemReply,
     ProposalReply,
     RejoinReply,
+    ReportReply,
     RolloutReply,
 )
+from bot.chat.report_commands import REPORTS_PROPOSER
 from bot.fleet import FleetSettings, ReplicaView, RouterApi
+from bot.reports import ReportSettings
+from bot.reports.runtime import attach_reports
 from bot.store import Store
 from bot.terminal.cli import EXIT_REFUSED, exit_code
 from bot.terminal.rollout_wording import fleet_reply_lines
@@ -37,6 +43,7 @@ from tests.chat._core_fixtures import (
 )
 from tests.chat.conftest import RunningAgent, SimHost, agent_on_sim
 from tests.fleet._standins import StandInRouter, dead_url, hung_listener
+from tests.reports._fixtures import T0, SetClock, series
 
 ANA = Actor("ana")
 pytestmark = pytest.mark.slow
@@ -283,4 +290,36 @@ def test_rollback_fleet_lines_name_the_config_each_replica_returns_to(
         ended = desk.wait(undo.view.id, timeout_s=60)  # the stand-in refuses the removal
         assert ended is not None
         assert ended.state is RolloutState.STOPPED
+    assert _ran_by(kimi_01, "ana") == []
+
+
+def test_a_report_s_recommendation_for_a_replica_is_a_fleet_proposal(
+    tmp_path: Path, kimi_01: RunningAgent
+) -> None:
+    """Samples of kimi-01 calling for growth, kimi-01 a replica of fleet solo: the report's
+    advice is a fleet proposal by kimi-ops (one rollout through the router), not a single-host
+    proposal (it failed before: a single-host proposal whose apply restarted kimi-01 in the
+    router)."""
+    clock = SetClock(T0 + timedelta(hours=2))
+    front = Front()
+    with migrated_store(tmp_path) as store:
+        for sample in series("kimi-01", clock.now() - timedelta(minutes=1), 7, usage=0.97,
+                             queued=80):  # fmt: skip
+            store.add_capacity_sample(sample)
+        settings = chat_settings({"kimi-01": kimi_01.url})
+        with running_core(settings, store, front, clock=clock) as core:
+            attach_reports(core, store, ReportSettings())
+            fleet = FleetSettings("solo", "http://router.test:30001", ("kimi-01",))
+            attach_fleets(core.context, store, {"solo": fleet}, front,
+                          router=lambda fleet: StandInRouter({}))  # fmt: skip
+            reply = core.handle("report", ANA)
+        assert isinstance(reply, ReportReply), reply
+        [view] = reply.hosts
+        assert view.proposal is None
+        assert isinstance(view.fleet_proposal, FleetProposalReply), view.fleet_proposal
+        assert view.fleet_proposal.proposed_by == REPORTS_PROPOSER
+        rollout = store.rollout_by_proposal(view.fleet_proposal.id)
+        assert rollout is not None
+        assert rollout.fleet == "solo"
+        assert rollout.state is RolloutState.PROPOSED
     assert _ran_by(kimi_01, "ana") == []
