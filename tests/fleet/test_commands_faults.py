@@ -21,11 +21,13 @@ from bot.chat.replies import (
     FleetProposalReply,
     FleetRefusalReply,
     FleetsReply,
+    HostsReply,
     ProblemReply,
     ProposalReply,
     RejoinReply,
     ReportReply,
     RolloutReply,
+    StatusReply,
 )
 from bot.chat.report_commands import REPORTS_PROPOSER
 from bot.fleet import FleetSettings, ReplicaView, RouterApi
@@ -323,3 +325,19 @@ def test_a_report_s_recommendation_for_a_replica_is_a_fleet_proposal(
         assert rollout.fleet == "solo"
         assert rollout.state is RolloutState.PROPOSED
     assert _ran_by(kimi_01, "ana") == []
+
+
+def test_status_and_hosts_mark_the_hung_agent_and_answer_the_others(
+    tmp_path: Path, kimi_01: RunningAgent, hung: str
+) -> None:
+    """With kimi-03's agent hung, 'status' and 'hosts' mark it "no answer in 0.5 s" (the read
+    deadline), kimi-02 unreachable, and kimi-01 answered (before, the hung agent held every
+    read for the client's 15 s timeout)."""
+    with _core(tmp_path, kimi_01, hung, StandInRouter({})) as (core, _store):
+        for text in ("status", "hosts"):
+            reply = core.handle(text, ANA)
+            assert isinstance(reply, StatusReply | HostsReply), reply
+            by_host = {answer.host: answer for answer in reply.hosts}
+            assert by_host["kimi-01"].status is not None
+            assert by_host["kimi-03"].problem == "agent kimi-03: no answer in 0.5 s"
+            assert by_host["kimi-02"].status is None
