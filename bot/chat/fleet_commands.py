@@ -205,14 +205,25 @@ def _terms(record: RolloutRecord, shown: ProposalTerms) -> ProposalTerms:
     )
 
 
-def _last_operation_at(ctx: Context, hosts: tuple[str, ...]) -> datetime | None:
-    def newest(host: str) -> datetime | None:
-        found = ctx.clients[host].operations(limit=1)
-        return found[0].created_at if found else None
+def _last_operation_at(
+    ctx: Context, hosts: tuple[str, ...]
+) -> datetime | tuple[tuple[str, str], ...] | None:
+    """The newest operation's start over ``hosts`` (None: none ran), or each host whose agent
+    did not answer and why."""
+
+    def newest(host: str) -> tuple[str, datetime | None, str | None]:
+        try:
+            found = ctx.clients[host].operations(limit=1)
+        except AgentError as exc:
+            return host, None, f"its agent does not answer ({exc}); nothing was touched"
+        return host, (found[0].created_at if found else None), None
 
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        times = [t for t in pool.map(newest, hosts) if t is not None]
-    return max(times, default=None)
+        answers = list(pool.map(newest, hosts))
+    silent = tuple((host, why) for host, _, why in answers if why is not None)
+    if silent:
+        return silent
+    return max((at for _, at, _ in answers if at is not None), default=None)
 
 
 def fleet_of(ctx: Context, host: str) -> str | None:
@@ -284,10 +295,9 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
     assert desk is not None
     shown = _shown_id(record)
     terms = _terms(record, ctx.audit.proposal(shown))
-    try:
-        last_at = _last_operation_at(ctx, tuple(r.host for r in record.replicas))
-    except AgentError as exc:
-        return ProblemReply(str(exc))
+    last_at = _last_operation_at(ctx, tuple(r.host for r in record.replicas))
+    if isinstance(last_at, tuple):
+        return FleetRefusalReply(FleetRefusal(record.fleet, record.change, last_at, ()))
     refusal = ctx.policy.check_apply(actor, terms, ctx.clock.now(), last_at)
     if refusal is not None:
         if refusal.kind in (RefusalKind.EXPIRED, RefusalKind.STALE):

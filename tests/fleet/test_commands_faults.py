@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.chat.agent_client import AgentClient
 from bot.chat.core import ChatCore
 from bot.chat.fleet_commands import attach_fleets
 from bot.chat.policy import Actor
@@ -33,6 +34,7 @@ from bot.chat.report_commands import REPORTS_PROPOSER
 from bot.fleet import FleetSettings, ReplicaView, RouterApi
 from bot.reports import ReportSettings
 from bot.reports.runtime import attach_reports
+from bot.settings import Secret
 from bot.store import Store
 from bot.terminal.cli import EXIT_REFUSED, exit_code
 from bot.terminal.rollout_wording import fleet_reply_lines
@@ -341,3 +343,27 @@ def test_status_and_hosts_mark_the_hung_agent_and_answer_the_others(
             assert by_host["kimi-01"].status is not None
             assert by_host["kimi-03"].problem == "agent kimi-03: no answer in 0.5 s"
             assert by_host["kimi-02"].status is None
+
+
+def test_applying_a_fleet_proposal_with_an_agent_down_is_a_refusal_naming_it(
+    tmp_path: Path, kimi_01: RunningAgent, hung: str
+) -> None:
+    """kimi-01's agent stops answering between the proposal and its apply: the apply is a
+    refusal naming kimi-01 (exit 3) and no rollout starts (it was an error, exit 1)."""
+    with _core(tmp_path, kimi_01, hung, StandInRouter({})) as (core, store):
+        proposal = core.handle("resize ratio 4 fleet solo", ANA)
+        assert isinstance(proposal, FleetProposalReply), proposal
+        with AgentClient(dead_url(), Secret("t"), host="kimi-01") as down:
+            live = core.context.clients["kimi-01"]
+            core.context.clients["kimi-01"] = down  # the same mapping the desk reads
+            try:
+                refused = core.handle(f"apply {proposal.id}", ANA)
+            finally:
+                core.context.clients["kimi-01"] = live
+        assert isinstance(refused, FleetRefusalReply), refused
+        ((host, why),) = refused.refusal.reasons
+        assert host == "kimi-01"
+        assert why.startswith("its agent does not answer (agent kimi-01 cannot be reached")
+        assert exit_code(refused) == EXIT_REFUSED
+        assert store.unfinished_rollouts() == []
+    assert _ran_by(kimi_01, "ana") == []
