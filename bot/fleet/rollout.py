@@ -352,7 +352,7 @@ class RolloutRunner:
             agent = self.agents.get(host)
             if agent is None:
                 continue
-            why = _why_not_back(agent)
+            why = _why_not_back(agent, f"'fleet {self.fleet.name} rejoin {host}'")
             if why is not None:
                 found.append((host, why))
         return found
@@ -497,7 +497,7 @@ def _healthy(worker: RouterWorker | None) -> bool:
     return worker is not None and worker.healthy
 
 
-def _why_not_back(agent: ReplicaAgent) -> str | None:
+def _why_not_back(agent: ReplicaAgent, rejoin: str) -> str | None:
     """Why a replica out of the router will not come back on its own, as its agent tells it;
     None while its agent runs an operation (which may end with it back)."""
     try:
@@ -511,5 +511,5 @@ def _why_not_back(agent: ReplicaAgent) -> str | None:
     if last is not None and last.state is OperationState.FAILED:
         return f"(its agent's operation {last.id} failed: its server is down)"
     if status.server_state is ServerState.RUNNING and status.health_code == 200:
-        return "(it serves, but nothing put it back in the router)"
+        return f"(it serves, but nothing put it back in the router: {rejoin} does)"
     return f"(its server is {status.server_state.value}, health {status.health_code})"

@@ -124,7 +124,10 @@ def test_a_replica_that_serves_out_of_the_router_is_named_with_how_to_put_it_bac
     router = StandInRouter({A: True, C: True})
     done = _run(_view("kimi-01"), router, agents, clock, members=URLS)
     assert router.removed == []
-    assert "kimi-02 (it serves, but nothing put it back in the router)" in (done.reason or "")
+    assert (
+        "kimi-02 (it serves, but nothing put it back in the router: 'fleet prod rejoin kimi-02' "
+        "does)" in (done.reason or "")
+    )
     assert clock.t < 5.0
 
 
