@@ -5,6 +5,7 @@ through the router for the whole time."""
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -270,3 +271,31 @@ def test_a_replica_left_out_of_the_real_router_is_shown_counted_and_rejoined(
             assert done is not None, "the restart did not end within 300 s"
             assert done.state is RolloutState.DONE, done
         assert load.failed == []
+
+
+@pytest.mark.slow
+def test_an_agent_stopped_by_sigstop_is_named_and_refuses_the_fleet(tmp_path: Path) -> None:
+    """kimi-02's agent process stopped with SIGSTOP (its socket still accepts): 'fleets' marks
+    it "no answer in 1 s" and shows kimi-01, and 'restart fleet prod' is a refusal naming it,
+    kimi-01 never leaving the router (it failed before: 15 s per read, then an
+    AssertionError)."""
+    with fleet_of(tmp_path, VERSIONS[RouterApi.BY_ID], count=2) as fleet:
+        front = FleetFront()
+        with _core(tmp_path, fleet, front) as (core, store):
+            process = fleet.replicas[1].agent.process
+            assert process is not None
+            process.send_signal(signal.SIGSTOP)
+            try:
+                listed = core.handle("fleets", BEN)
+                refused = core.handle("restart fleet prod", ANA)
+            finally:
+                process.send_signal(signal.SIGCONT)
+            assert isinstance(listed, FleetsReply)
+            answers = {a.host: a for a in listed.fleets[0].replicas}
+            assert answers["kimi-01"].status is not None
+            assert answers["kimi-02"].problem == "agent kimi-02: no answer in 1 s"
+            assert isinstance(refused, FleetRefusalReply), refused
+            assert [host for host, _ in refused.refusal.reasons] == ["kimi-02"]
+            assert store.unfinished_rollouts() == []
+            with RouterClient(fleet.router.url) as router:
+                assert router.worker(fleet.url("kimi-01")) is not None
