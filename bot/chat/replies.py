@@ -13,6 +13,7 @@ from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView
 from bot.chat.reporting import ChartImage
 from bot.fleet.plan import FleetRefusal
+from bot.fleet.rejoin import Rejoined
 from bot.fleet.view import RolloutView
 from bot.reports import HostReport
 from bot.store.records import ReportSchedule
@@ -33,6 +34,7 @@ __all__ = [
     "ProblemReply",
     "ProposalReply",
     "RefusalReply",
+    "RejoinReply",
     "Reply",
     "ReportPoster",
     "ReportReply",
@@ -136,6 +138,9 @@ class HostReportView:
     chart: ChartImage | None = None
     proposal: ProposalReply | None = None
     evidence: str | None = None  # why the proposal was made
+    #: For a fleet's replica the recommendation is a fleet proposal (or its refusal): a
+    #: single-host change would restart the replica while the router still sends to it.
+    fleet_proposal: FleetProposalReply | FleetRefusalReply | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,20 @@ class FleetAnswer:
     router: str
     replicas: tuple[HostAnswer, ...]
     running: RolloutView | None = None
+    #: The fleet's last rollout when it stopped (nothing runs it; 'resume fleet' retries it).
+    stopped: RolloutView | None = None
+    #: Why the router's worker list could not be read (None: it was).
+    router_problem: str | None = None
+    #: The replicas the router does not hold (empty when it could not be read).
+    out_of_router: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RejoinReply:
+    """Replicas put back in a fleet's router, or refused with what their check found."""
+
+    fleet: str
+    outcomes: tuple[Rejoined, ...]
 
 
 @dataclass(frozen=True)
@@ -227,6 +246,7 @@ Reply = (
     | FleetRefusalReply
     | RolloutReply
     | FleetsReply
+    | RejoinReply
 )
 
 

@@ -46,6 +46,7 @@ from bot.chat.replies import (
     ProblemReply,
     ProposalReply,
     RefusalReply,
+    RejoinReply,
     Reply,
     ReportReply,
     ReportScheduledReply,
@@ -157,6 +158,8 @@ class SlackFrontEnd:
             self._close(reply.proposal_id, messages.cancelled_line(reply.by))
         elif isinstance(reply, FleetProposalReply | FleetRefusalReply | FleetsReply | RolloutReply):
             self._route_fleet(origin, reply)
+        elif isinstance(reply, RejoinReply):
+            self._visible(origin, [rollout_messages.rejoined(reply)])
         else:
             assert isinstance(reply, OperationReply)
             # The operation's own message (the proposal's) shows it from now on; every other
@@ -222,6 +225,8 @@ class SlackFrontEnd:
         for view in reply.hosts:
             if view.proposal is not None:
                 self._post_proposal(origin, view.proposal)
+            if isinstance(view.fleet_proposal, FleetProposalReply):
+                self._route_fleet(origin, view.fleet_proposal)
 
     def _void_others(self, reply: OperationReply) -> None:
         place = self._book.operation(reply.watch.host, reply.operation.id)

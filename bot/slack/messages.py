@@ -48,6 +48,7 @@ __all__ = [
     "NOT_A_MEMBER_ERRORS",
     "cancelled_line",
     "closed_proposal",
+    "command_failed",
     "ephemeral",
     "expired_line",
     "help_message",
@@ -437,6 +438,16 @@ def ephemeral(kind: str, text: str, usage: str | None = None) -> SlackMessage:
         blocks.append(context(f"usage: `/kimi {usage}`"))
     plain = f"{kind}: {text}" if icon else text
     return message(plain + (f" (usage: /kimi {usage})" if usage else ""), blocks)
+
+
+def command_failed(text: str, exc: BaseException) -> str:
+    """What a person reads when their command failed inside kimi-ops (the log has the rest)."""
+    shown = text if len(text) <= 80 else text[:80] + "..."
+    why = str(exc) or type(exc).__name__
+    return (
+        f"`{shown}` failed inside kimi-ops ({type(exc).__name__}: {why[:300]}). The bot's log "
+        "has the traceback; check `status` or `fleets` before trying again"
+    )
 
 
 #: Slack's errors for a channel the bot may not post in: the one case an invite fixes.

@@ -14,6 +14,8 @@ kimi-01: capacity at 09:00 UTC, server running, SGLang 0.5.9, up 2:13:05
 from __future__ import annotations
 
 from bot.chat.replies import (
+    FleetProposalReply,
+    FleetRefusalReply,
     HostReportView,
     ReportReply,
     ReportScheduledReply,
@@ -61,7 +63,21 @@ def _host(view: HostReportView) -> list[str]:
     if view.chart is not None:
         width, height = view.chart.size_px
         lines.append(f"  chart     {view.chart.filename} ({width}x{height}): {view.chart.alt}")
-    if view.proposal is not None:
+    if isinstance(view.fleet_proposal, FleetProposalReply):
+        fleet = view.fleet_proposal.rollout
+        lines.append(
+            f"  advice    {view.evidence}: fleet proposal #{view.fleet_proposal.id} "
+            f"({fleet.change} on every replica of fleet {fleet.fleet}, one by one through its "
+            f"router); 'apply {view.fleet_proposal.id}' to apply it"
+        )
+    elif isinstance(view.fleet_proposal, FleetRefusalReply):
+        refusal = view.fleet_proposal.refusal
+        why = "; ".join(f"{host}: {reason}" for host, reason in refusal.reasons)
+        lines.append(
+            f"  advice    {view.evidence}: {refusal.change} for fleet {refusal.fleet} is "
+            f"refused ({why})"
+        )
+    elif view.proposal is not None:
         lines.append(
             f"  advice    {view.evidence}: proposal #{view.proposal.id} "
             f"({view.proposal.plan.setting}); 'apply {view.proposal.id}' to apply it"

@@ -29,6 +29,7 @@ from bot.chat.replies import (
     ProblemReply,
     ProposalReply,
     RefusalReply,
+    RejoinReply,
     Reply,
     ReportReply,
     ReportScheduledReply,
@@ -91,7 +92,9 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
-    if isinstance(reply, FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply):
+    if isinstance(
+        reply, FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply | RejoinReply
+    ):
         return fleet_reply_lines(reply)
     assert isinstance(
         reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
