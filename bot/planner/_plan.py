@@ -298,7 +298,9 @@ def make_plan(
             refused_by = RefusedBy.BUDGET
             reason = reason[:-1] + suggestion(request, largest_size, largest_ratio) + "."
     expected = None
-    if size is not None:
+    if size is not None and verdict is Verdict.FITS:
+        # A refused change never starts: a startup time for it ("~909:04" for 99,999 GB a
+        # rank) reads as a promise.
         expected = estimate_startup_seconds(history, size.bytes / GB)
     return Plan(
         request=request,

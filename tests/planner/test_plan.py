@@ -15,6 +15,7 @@ from bot.planner import (
     HostMemory,
     ServerFacts,
     SGLangVersion,
+    StartSample,
     Verdict,
     make_plan,
 )
@@ -317,3 +318,18 @@ def test_a_cgroup_headroom_without_its_limit_is_bad_input() -> None:
     """A headroom with no limit beside it cannot be checked and is refused as input."""
     with pytest.raises(PlanInputError, match="needs the cgroup's limit"):
         HostMemory(400 * GB, cgroup_headroom_bytes=10 * GB)
+
+
+def test_a_refused_change_promises_no_startup_time() -> None:
+    """A size refused by the budget carries no expected startup (it showed "startup ~909:04
+    expected" for 99,999 GB a rank), while a size that fits on the same host has one."""
+    server = ServerFacts(ranks=8, device_pool=KIMI_POOL_EXACT)
+    memory = HostMemory(available_bytes=445 * GB)
+    history = [StartSample(600, 48)]
+    refused = make_plan(ChangeRequest(size_gb=99_999), server, memory, history=history)
+    fits = make_plan(ChangeRequest(size_gb=20), server, memory, history=history)
+    assert refused.verdict is Verdict.REFUSED
+    assert refused.expected_startup_s is None
+    assert fits.verdict is Verdict.FITS
+    assert fits.expected_startup_s is not None
+    assert fits.expected_startup_s > 0
