@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bot._agent_fields import Json, enum_value, field_of, mapping, number, optional, texts, whole
+from bot._agent_memory import MemoryWatchView
 from bot._agent_operations import AgentOperation
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
@@ -46,6 +47,8 @@ class AgentStatus:
     #: The server's URL as a fleet's router reaches it (``[agent] router_url``, else its own
     #: URL); None from agents older than this field.
     router_url: str | None = None
+    #: The post-ready memory watch: its notices and whether the headroom is under the floor.
+    memory: MemoryWatchView = field(default_factory=MemoryWatchView)
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -94,6 +97,7 @@ class AgentStatus:
             raw=dict(status),
             metrics=_metrics(status.get("metrics"), f"{where}'s metrics"),
             router_url=optional(server, "router_url", str, f"{where}'s server"),
+            memory=MemoryWatchView.from_json(status.get("memory_watch"), f"{where}'s memory_watch"),
         )
 
 

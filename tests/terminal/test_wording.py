@@ -14,8 +14,9 @@ from bot.chat.progress import progress_view
 from bot.chat.replies import ProblemReply, ProposalReply, RefusalReply, UsageReply
 from bot.terminal.cli import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exit_code
 from bot.terminal.front import TerminalFrontEnd
-from bot.terminal.wording import final_line, progress_lines
+from bot.terminal.wording import final_line, progress_lines, reply_lines
 from bot.vocab import OperationState
+from tests.slack._samples import memory_notice_reply
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "agent_events"
 WATCH = Watch("kimi-01", 3, "Resize kimi-01: hicache ratio 4", "ben", "ana")
@@ -86,3 +87,14 @@ def test_a_terminal_redraws_the_block_in_place_and_a_pipe_gets_lines() -> None:
     assert f"\x1b[{drawn}F\x1b[J" in tty.getvalue()
     assert "\x1b[" not in pipe.getvalue()
     assert [line[:1] for line in pipe.getvalue().splitlines()] == ["[", "["]
+
+
+def test_a_memory_notice_is_one_line_with_its_time_operation_and_figures() -> None:
+    """The post-ready watch's notice reads as one line: host, time, last operation, sentence."""
+    reply = memory_notice_reply()
+    assert reply_lines(reply) == [
+        "kimi-01: memory notice at 10:31 UTC (last operation #12): after ready: the server's "
+        "cgroup has 3.0 GB left under its 14.0 GB limit, below the guard's floor of 10.7 GB "
+        "(7.8 GB short); the server keeps running, nothing was restarted, and the OOM killer "
+        "may end it if memory keeps growing"
+    ]
