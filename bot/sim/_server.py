@@ -33,6 +33,9 @@ def run(sim: Simulation) -> int:
             str(r.gpu): "sglang::scheduler" + r.prefix.replace(" ", "_") for r in sim.ranks
         },
         "host_bytes": sim.host_bytes,
+        # Shared mappings (torch's libraries, shared memory) are part of host_bytes, once.
+        "shared_bytes": int(sim.p.shared_gb * 1e9),
+        "processes": len(sim.ranks) + 2,  # the main process, the schedulers, the detokenizer
         "gpu_bytes": {},
         "started_at": time.time(),
         "release_after_s": sim.s.seconds(sim.p.leftover_release_s),

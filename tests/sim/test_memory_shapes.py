@@ -259,3 +259,23 @@ def test_a_profile_with_a_bad_cgroup_limit_or_swa_flag_is_refused(tmp_path: Path
         load_profile(profile_with(tmp_path, cgroup_limit_gb=0))
     with pytest.raises(SimError, match="swa_pool"):
         load_profile(profile_with(tmp_path, swa_pool=True))
+
+
+def test_shared_pages_make_the_trees_rss_exceed_its_pss(
+    run_sim: Callable[..., Sim], env_23: dict[str, str], tmp_path: Path
+) -> None:
+    """A server whose 4 processes (main, 2 schedulers, detokenizer) share 1 GB: the simulated
+    host reports its PSS as the RAM it holds (5 GB) and its RSS 3 GB above, each process
+    counting the shared pages; without shared pages the two agree."""
+    path = profile_with(tmp_path, shared_gb=1.0)
+    sim = run_sim(BASE, dict(env_23, KIMI_SIM_PROFILE=path))
+    sim.wait_for(READY)
+    (server,) = read_host_state(load_profile(path), Path(env_23["KIMI_SIM_STATE_DIR"])).servers
+    assert (server.pss_bytes, server.rss_bytes) == (SERVER_RAM, SERVER_RAM + 3 * int(1e9))
+    assert sim.terminate() == 0
+    plain = run_sim(BASE, env_23)
+    plain.wait_for(READY)
+    (alone,) = read_host_state(
+        load_profile("small-2gpu"), Path(env_23["KIMI_SIM_STATE_DIR"])
+    ).servers
+    assert alone.rss_bytes == alone.pss_bytes == SERVER_RAM
