@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bot._agent_fields import Json, enum_value, field_of, mapping, number, optional, texts, whole
+from bot._agent_memory import MemoryWatchView
 from bot._agent_operations import AgentOperation
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
@@ -52,6 +53,8 @@ class AgentStatus:
     ram_cgroup_limit_from: str | None = None
     ram_cgroup_limit_gb: float | None = None
     ram_headroom_gb: float | None = None
+    #: The post-ready memory watch: its notices and whether the headroom is under the floor.
+    memory: MemoryWatchView = field(default_factory=MemoryWatchView)
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -103,6 +106,7 @@ class AgentStatus:
             ram_cgroup_limit_from=optional(ram, "cgroup_limit_from", str, f"{where}'s ram"),
             ram_cgroup_limit_gb=number(ram, "cgroup_limit_gb", f"{where}'s ram"),
             ram_headroom_gb=number(ram, "headroom_gb", f"{where}'s ram"),
+            memory=MemoryWatchView.from_json(status.get("memory_watch"), f"{where}'s memory_watch"),
         )
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from bot.agent_json import AgentOperation, AgentPlan, AgentStatus
+from bot.agent_json import AgentMemoryNotice, AgentOperation, AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView
@@ -30,6 +30,7 @@ __all__ = [
     "HostAnswer",
     "HostReportView",
     "HostsReply",
+    "MemoryNoticeReply",
     "OperationReply",
     "ProblemReply",
     "ProposalReply",
@@ -107,6 +108,16 @@ class ProblemReply:
 
     text: str
     host: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryNoticeReply:
+    """The agent's post-ready memory watch saw the server's headroom fall under the guard's
+    floor: posted once per notice in the channel of the host's last operation."""
+
+    host: str
+    notice: AgentMemoryNotice
+    operation_id: int | None = None  # the bot's record of the last operation, when known
 
 
 @dataclass(frozen=True)
@@ -235,6 +246,7 @@ Reply = (
     | ProposalReply
     | RefusalReply
     | ProblemReply
+    | MemoryNoticeReply
     | OperationReply
     | CancelledReply
     | HistoryReply

@@ -42,6 +42,7 @@ from bot.chat.replies import (
     HelpReply,
     HistoryReply,
     HostsReply,
+    MemoryNoticeReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
@@ -143,6 +144,8 @@ class SlackFrontEnd:
             self._private(origin, messages.ephemeral("usage", reply.reason, reply.usage))
         elif isinstance(reply, ProblemReply):
             self._private(origin, messages.ephemeral("error", reply.text))
+        elif isinstance(reply, MemoryNoticeReply):
+            self._post(origin.channel, messages.memory_notice(reply))
         elif isinstance(reply, RefusalReply):
             self._private(origin, messages.ephemeral("refused", reply.text))
             self._close_refused(reply)

@@ -23,7 +23,13 @@ from datetime import datetime
 from bot.agent_json import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
-from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
+from bot.chat.replies import (
+    HostAnswer,
+    HostsReply,
+    MemoryNoticeReply,
+    ProposalReply,
+    StatusReply,
+)
 from bot.chat.wording import PHASE_LABEL, hhmm
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
@@ -54,6 +60,7 @@ __all__ = [
     "help_message",
     "history_pages",
     "hosts_message",
+    "memory_notice",
     "notice",
     "post_failed",
     "progress",
@@ -288,6 +295,21 @@ def notice(people: tuple[str, ...], watch: Watch, view: ProgressView) -> SlackMe
 def unreachable(watch: Watch, since: datetime) -> SlackMessage:
     line = f"{watch.host}: agent unreachable since {hhmm(since)}; still watching"
     return message(line, [context(f":electric_plug: {line}")])
+
+
+def memory_notice(reply: MemoryNoticeReply) -> SlackMessage:
+    """The post-ready watch's notice, once per crossing, in the channel of the host's last
+    operation: the headroom, the floor, and that nothing was restarted."""
+    notice = reply.notice
+    about = "" if reply.operation_id is None else f" (last operation #{reply.operation_id})"
+    head = f":warning: *{reply.host}*: memory notice at {hhmm(notice.at)}{about}"
+    figures = (
+        f"headroom {notice.headroom_gb:.1f} GB ({notice.where}), floor {notice.floor_gb:.1f} GB"
+    )
+    if notice.cgroup_limit_gb is not None:
+        figures += f", cgroup limit {notice.cgroup_limit_gb:.1f} GB"
+    text = f"{reply.host}: memory notice at {hhmm(notice.at)}: {notice.message}"
+    return message(text, [section(f"{head}\n{notice.message}"), context(figures)])
 
 
 # -- other commands --------------------------------------------------------------------------

@@ -62,6 +62,10 @@ def _notes(view: HostReportView) -> list[str]:
             f"Last operation #{last.id} {last.kind} {last.state}, by {_who(last.actor)} at "
             f"{hhmm(last.at)}"
         )
+    for notice in report.memory_notices[-3:]:
+        notes.append(f":warning: Memory at {hhmm(notice.at)}: {notice.message}")
+    if report.memory_below_floor:
+        notes.append(":warning: The server's memory headroom is under the guard's floor now")
     if view.chart is not None:
         notes.append(f":chart_with_upwards_trend: chart in the thread ({view.chart.filename})")
     if isinstance(view.fleet_proposal, FleetProposalReply):

@@ -25,6 +25,7 @@ from bot.chat.replies import (
     HistoryReply,
     HostAnswer,
     HostsReply,
+    MemoryNoticeReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
@@ -86,6 +87,11 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"refused: {reply.text}"]
     if isinstance(reply, ProblemReply):
         return [f"error: {reply.text}"]
+    if isinstance(reply, MemoryNoticeReply):
+        about = "" if reply.operation_id is None else f" (last operation #{reply.operation_id})"
+        return [
+            f"{reply.host}: memory notice at {hhmm(reply.notice.at)}{about}: {reply.notice.message}"
+        ]
     if isinstance(reply, OperationReply):
         return [f"{reply.watch.title}: operation {reply.operation.id} started"]
     if isinstance(reply, CancelledReply):

@@ -24,6 +24,7 @@ from bot.terminal.front import TerminalFrontEnd
 from bot.terminal.wording import final_line, progress_lines, reply_lines
 from bot.vocab import OperationState
 from tests.reports._fixtures import status_json
+from tests.slack._samples import memory_notice_reply
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "agent_events"
 WATCH = Watch("kimi-01", 3, "Resize kimi-01: hicache ratio 4", "ben", "ana")
@@ -122,4 +123,15 @@ def test_status_shows_the_servers_cgroup_limit_and_headroom() -> None:
         "  host RAM  22.7 GB available of 25.3 GB; 2.3 GB held by the server; cgroup "
         "/process_api/abc (memory.limit_in_bytes) limits it to 15.0 GB, 13.0 GB headroom",
         "  host RAM  237.9 GB available of 449.0 GB; 207.1 GB held by the server",
+    ]
+
+
+def test_a_memory_notice_is_one_line_with_its_time_operation_and_figures() -> None:
+    """The post-ready watch's notice reads as one line: host, time, last operation, sentence."""
+    reply = memory_notice_reply()
+    assert reply_lines(reply) == [
+        "kimi-01: memory notice at 10:31 UTC (last operation #12): after ready: the server's "
+        "cgroup has 3.0 GB left under its 14.0 GB limit, below the guard's floor of 10.7 GB "
+        "(7.8 GB short); the server keeps running, nothing was restarted, and the OOM killer "
+        "may end it if memory keeps growing"
     ]

@@ -24,6 +24,15 @@ A running server on the simulated 449 GB host gives, in part::
 what that level leaves (limit less usage less reclaimable file pages) and ``headroom_gb`` the
 smaller of it and ``available_gb``, as SGLang counts it; ``server_held_gb`` is what stopping the
 server frees, each page once.
+``memory_watch`` is the post-ready memory watch (``bot.agent.engine.post_ready``): its floor,
+whether the headroom is under it now, and its recent notices, each numbered (``seq``) so the bot
+posts each once::
+
+    "memory_watch": {"floor_gb": 10.74, "below_floor": true, "last_headroom_gb": 8.2, ...,
+                     "notices": [{"seq": 1, "at": "2026-02-24T11:31:02.114+00:00",
+                                  "where": "host", "headroom_gb": 8.2, "available_gb": 8.2,
+                                  "cgroup_limit_gb": null, "floor_gb": 10.74,
+                                  "message": "after ready: host RAM available fell to ..."}]}
 
 ``metrics`` is the server's own ``/metrics`` read as figures (null when it serves none: SGLang
 without ``--enable-metrics``, or not up); added after the rest, so older bots ignore it.
@@ -54,8 +63,13 @@ def status_body(
     operation: dict[str, Any] | None,
     metrics: ServerMetrics | None = None,
     router_url: str | None = None,
+    *,
+    memory_watch: dict[str, Any] | None = None,
+    memory_problem: str | None = None,
 ) -> dict[str, Any]:
-    """The body; ``router_url`` is the server's URL as a fleet's router reaches it."""
+    """The body; ``router_url`` is the server's URL as a fleet's router reaches it;
+    ``memory_watch`` is the post-ready watch's section (its floor and recent notices) and
+    ``memory_problem`` its sentence while the headroom is under the floor."""
     server = snap.server
     hicache = snap.hicache
     capacity = snap.capacity
@@ -98,7 +112,8 @@ def status_body(
         "metrics": None if metrics is None else asdict(metrics),
         "operation": operation,
         "fingerprint": snap.fingerprint,
-        "problems": list(snap.problems),
+        "problems": [*snap.problems, *([memory_problem] if memory_problem else [])],
+        "memory_watch": memory_watch,
     }
 
 
