@@ -71,15 +71,11 @@ def headroom_of(ram: RamFacts) -> HeadroomSample:
     """The headroom of one probe reading without its time: the least of the host's available
     RAM and the cgroup's room under its limit (SGLang's rule: docs/sglang.md, After ready).
 
-    Returned as a sample stamped ``at=""``; the watch stamps it. The one place that turns a
-    probe reading into a headroom, so the watch reads the server's own cgroup headroom here as
-    soon as the probe reports it."""
-    room = ram.available_bytes
-    if ram.cgroup_limit_bytes is not None and ram.cgroup_used_bytes is not None:
-        room = min(room, ram.cgroup_limit_bytes - ram.cgroup_used_bytes)
+    Returned as a sample stamped ``at=""``; the watch stamps it. The headroom is the probe's
+    own (:attr:`RamFacts.headroom_bytes`): the guard and the planner read the same figure."""
     return HeadroomSample(
         at="",
-        headroom_bytes=room,
+        headroom_bytes=ram.headroom_bytes,
         available_bytes=ram.available_bytes,
         cgroup_limit_bytes=ram.cgroup_limit_bytes,
         cgroup_used_bytes=ram.cgroup_used_bytes,

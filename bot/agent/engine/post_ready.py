@@ -176,7 +176,7 @@ class PostReadyWatch:
         if not status.running or self.sglang.health() != 200:
             return None
         try:
-            reading = self.probe.ram()
+            reading = self.probe.ram(self.control.cgroup())  # the server's own domain
         except ProbeError as exc:  # a probe hiccup: try again next turn
             log.warning("the post-ready watch could not read host RAM: %s", exc)
             return None

@@ -12,7 +12,7 @@ from typing import Any
 
 from bot.agent.control.protocol import ServerProcessState
 from bot.agent.engine.post_ready import MemoryNoticeLog, PostReadyWatch
-from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts
+from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts, ServerCgroup
 from bot.errors import RamProbeError
 from bot.vocab import ServerState
 
@@ -43,8 +43,10 @@ class ScriptedProbe:
 
     readings: list[float | None]
     calls: int = 0
+    domains: list[ServerCgroup | None] = field(default_factory=list)
 
-    def ram(self) -> RamFacts:
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
+        self.domains.append(server)
         value = self.readings[self.calls]
         self.calls += 1
         if value is None:
@@ -74,6 +76,9 @@ class Server:
 
     def health(self) -> int | None:
         return 200 if self.serving else None
+
+    def cgroup(self) -> ServerCgroup:
+        return ServerCgroup(pid=4242 if self.serving else None)
 
     def server_info(self) -> dict[str, Any] | None:
         return None
@@ -122,8 +127,10 @@ def test_below_back_above_and_below_again_raises_two_notices_with_figures(
     """RAM 30, 8, 7, 20, 9 GB: two notices (at the 8 and the 9), each with its figures and
     time, kept in the state directory, and the server never touched."""
     server = Server()
-    watch, clock, _ = make_watch(tmp_path, [30, 8, 7, 20, 9], server, [False])
+    watch, clock, probe = make_watch(tmp_path, [30, 8, 7, 20, 9], server, [False])
     assert run(watch, clock, 5) == [1, 2]
+    # Every reading is of the running server's own memory domain, not the agent's.
+    assert probe.domains == [ServerCgroup(pid=4242)] * 5
     first, second = watch.notices.recent()
     assert (first.headroom_gb, first.available_gb, first.floor_gb) == (8.0, 8.0, 10.74)
     assert first.at == datetime.fromtimestamp(T0 + 5, UTC).isoformat(timespec="milliseconds")
