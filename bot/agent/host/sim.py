@@ -32,7 +32,10 @@ from bot.sim import HostProfile, HostSnapshot, load_profile, read_host_state, st
 if TYPE_CHECKING:
     from bot.agent.config import AgentSettings
 
-__all__ = ["SimProbe"]
+__all__ = ["SIM_CGROUP", "SimProbe"]
+
+#: The memory cgroup a simulated server with a limit runs in (a name only: nothing is created).
+SIM_CGROUP = "/kimi-sim.slice/sglang.service"
 
 
 class SimProbe:
@@ -70,9 +73,24 @@ class SimProbe:
         )
 
     def ram(self, server: ServerCgroup | None = None) -> RamFacts:
-        """The simulated host's RAM; the simulated server runs in no memory cgroup."""
+        """The simulated host's RAM; with a profile's ``cgroup_limit_gb``, the memory cgroup the
+        simulated server runs in alone (``SIM_CGROUP``): its usage is what the live simulated
+        servers hold, as the simulator sizes its pools against it."""
         snapshot = self._snapshot()
-        return RamFacts(snapshot.ram_total_bytes, snapshot.ram_available_bytes)
+        limit = self.profile.cgroup_limit_bytes
+        if limit is None:
+            return RamFacts(snapshot.ram_total_bytes, snapshot.ram_available_bytes)
+        used = sum(s.host_bytes for s in snapshot.servers)
+        return RamFacts(
+            snapshot.ram_total_bytes,
+            snapshot.ram_available_bytes,
+            cgroup_limit_bytes=limit,
+            cgroup_used_bytes=used,
+            cgroup_path=SIM_CGROUP,
+            cgroup_limit_file="memory.max",
+            cgroup=SIM_CGROUP,
+            server_cgroup_used_bytes=used,
+        )
 
     def gpus(self) -> GpuFacts:
         snapshot = self._snapshot()
