@@ -32,6 +32,8 @@ from bot.settings import Section, load_config, secret_from_env
 
 __all__ = [
     "DEFAULT_GUARD_FLOOR_GB",
+    "DEFAULT_HEALTH_TIMEOUT_S",
+    "DEFAULT_STATUS_TIMEOUT_S",
     "DEFAULT_SIM_PROFILE",
     "AgentSettings",
     "GuardSettings",
@@ -40,6 +42,10 @@ __all__ = [
 ]
 
 DEFAULT_SIM_PROFILE = "kimi-k25-8gpu"
+#: Above SGLang's own 20 s (``/health`` answers 503 only after its generation timed out).
+DEFAULT_HEALTH_TIMEOUT_S = 30.0
+#: Three reads of the server per status (health, server_info, metrics) stay under 15 s.
+DEFAULT_STATUS_TIMEOUT_S = 4.0
 #: SGLang's own host reserve, 10 GiB, in GB (1e9): the RAM a start must never eat into.
 DEFAULT_GUARD_FLOOR_GB = 10 * 1024**3 / 1e9
 
@@ -65,6 +71,9 @@ _KNOWN_KEYS = (
     "stall_after_s",
     "hard_ceiling_s",
     "poll_interval_s",
+    "health_timeout_s",
+    "health_grace_s",
+    "status_timeout_s",
     "guard",
     "guard_interval_s",
     "guard_floor_gb",
@@ -117,6 +126,14 @@ class AgentSettings:
     stall_after_s: float = 300.0
     hard_ceiling_s: float = 3600.0
     poll_interval_s: float = 1.0
+    #: How long the engine waits for one ``/health`` answer: SGLang answers 503 only after its
+    #: own 20 s health generation timed out, and a loaded server (or a proxy) is slower still.
+    health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S
+    #: How long ``/health`` may keep failing after HTTP came up before a start counts as failed.
+    health_grace_s: float = 300.0
+    #: How long ``/v1/status`` waits for each of the server's endpoints, so status answers in
+    #: bounded time (the bot gives up on it at 15 s) whatever the server does.
+    status_timeout_s: float = DEFAULT_STATUS_TIMEOUT_S
     guard: GuardSettings = field(default_factory=GuardSettings)
     host_name: str = "localhost"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -201,6 +218,9 @@ def agent_settings_from_config(
         stall_after_s=_positive(section, "stall_after_s", 300.0),
         hard_ceiling_s=_positive(section, "hard_ceiling_s", 3600.0),
         poll_interval_s=_positive(section, "poll_interval_s", 1.0),
+        health_timeout_s=_positive(section, "health_timeout_s", DEFAULT_HEALTH_TIMEOUT_S),
+        health_grace_s=_positive(section, "health_grace_s", 300.0),
+        status_timeout_s=_positive(section, "status_timeout_s", DEFAULT_STATUS_TIMEOUT_S),
         guard=GuardSettings(
             enabled=section.flag("guard", True),
             interval_s=_positive(section, "guard_interval_s", 0.5),

@@ -79,8 +79,10 @@ class AgentService:
         sglang: SGLangClient,
         state: AgentState,
         clock: Clock,
+        engine_sglang: SGLangClient | None = None,
     ) -> None:
         self.settings = settings
+        self._engine_sglang = engine_sglang
         self.facts = facts
         self.manager = manager
         self.control = control
@@ -105,6 +107,7 @@ class AgentService:
             None if current is None else current.to_dict(),
             metrics,
             self.settings.router_url or self.settings.server_url,
+            self.manager.problems(),
         )
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
@@ -152,6 +155,8 @@ class AgentService:
         """Stop watching (the server keeps running) and release the client and the state."""
         self.manager.close()
         self.sglang.close()
+        if self._engine_sglang is not None and self._engine_sglang is not self.sglang:
+            self._engine_sglang.close()
         self.state.close()
 
 
@@ -175,14 +180,25 @@ def build_service(
     used_control = (
         control if control is not None else make_control(settings, used_clock, write_hook)
     )
-    used_sglang = sglang if sglang is not None else SGLangClient(settings.server_url)
+    # Two clients on their own timeouts: status answers in bounded time, while the engine
+    # waits as long as a loaded server's /health may take (bot.agent.config).
+    used_sglang = (
+        sglang
+        if sglang is not None
+        else SGLangClient(settings.server_url, timeout=settings.status_timeout_s)
+    )
+    engine_sglang = (
+        sglang
+        if sglang is not None
+        else SGLangClient(settings.server_url, timeout=settings.health_timeout_s)
+    )
     used_state = state if state is not None else AgentState(settings.state_dir, write_hook)
     facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)
     manager = OperationManager(
         settings,
         used_control,
         used_probe,
-        used_sglang,
+        engine_sglang,
         used_state,
         used_clock,
         facts.plan,
@@ -198,4 +214,5 @@ def build_service(
         sglang=used_sglang,
         state=used_state,
         clock=used_clock,
+        engine_sglang=engine_sglang,
     )

@@ -19,7 +19,6 @@ GPUs its own new server holds. A restarted agent finds a recorded server by pid 
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import os
 import signal
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from bot.agent.control._atomic_file import read_json, write_json
+from bot.agent.control._log_file import FileLogSource
 from bot.agent.control.protocol import MARKER_ENV, ServerProcessState, StopHow, StopResult
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
@@ -50,39 +50,6 @@ _POLL_S = 0.05
 STATE_DIR_ENV = "KIMI_OPS_STATE_DIR"
 # The facts service reads this much of a run's start (its LOG_RUN_BYTES): beyond, the key holds.
 _RUN_KEY_BYTES = 8 * 1024 * 1024
-
-
-class FileLogSource:
-    """Reads what is appended to a log file from a byte offset, never blocking.
-
-    The file is opened for each read (nothing is held open between polls); a file that shrank
-    (rotated or truncated) is read again from its beginning.
-    """
-
-    def __init__(self, path: Path, offset: int) -> None:
-        self._path = path
-        self._offset = offset
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._closed = False
-
-    def read_new(self) -> str:
-        if self._closed:
-            return ""
-        try:
-            with self._path.open("rb") as handle:
-                if os.fstat(handle.fileno()).st_size < self._offset:
-                    self._offset = 0
-                handle.seek(self._offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return ""
-        except OSError as exc:
-            raise BackendError(f"cannot read the server log {self._path}: {exc}") from exc
-        self._offset += len(data)
-        return self._decoder.decode(data)
-
-    def close(self) -> None:
-        self._closed = True
 
 
 @dataclass

@@ -69,6 +69,11 @@ class LogSource(Protocol):
         """Text written since the last call ("" if none); may end mid-line."""
         ...
 
+    def problem(self) -> str | None:
+        """Why the output cannot be followed now (the log file moved or deleted), or None:
+        the start is then followed from the server's endpoints alone."""
+        ...
+
     def close(self) -> None:
         """Release the file or subprocess behind the source."""
         ...

@@ -1,7 +1,8 @@
 """Following one start to its end: ready (health 200 and the applied setting served) or failed.
 
 The loop reads the server's log as it grows, turns it into events, watches the process, polls
-``/health`` once HTTP is up, and reports a stall (no progress from the log while the process
+``/health`` from the start (independent of the log, which can be moved away: readiness is the
+server's own answer), and reports a stall (no progress from the log while the process
 lives) without giving up; only the process dying, health failing for the grace time after HTTP
 came up, the served setting differing from the applied one, or the hard ceiling end it.
 """
@@ -15,6 +16,7 @@ from bot.agent.cmdline import HiCacheSetting
 from bot.agent.control.protocol import LogSource
 from bot.agent.engine.context import Abandoned, Emit, RunnerContext, StartOutcome
 from bot.agent.engine.guard import GuardTrip, StartGuard
+from bot.agent.engine.notices import NoticeKey
 from bot.agent.engine.progress import ProgressModel
 from bot.agent.engine.served_setting import reported_mismatch
 from bot.agent.engine.watcher import Draft, StartWatcher
@@ -54,6 +56,7 @@ class StartFollower:
         self.t0 = t0
         self._active_state = active_state
         self._stalled = False
+        self._problem: str | None = None
 
     def _draft(self, draft: Draft) -> None:
         if draft.from_log:
@@ -76,8 +79,29 @@ class StartFollower:
             state, self._stalled = self._active_state(), False
         self.emit(phase, message, data, step=step, progress=progress, state=state)
 
+    def _log_problem(self, problem: str | None) -> None:
+        """A log that cannot be followed by its name is shown in status while it lasts and
+        told once in the operation's events; the start goes on, followed from the endpoints."""
+        if problem == self._problem:
+            return
+        self._problem = problem
+        self.ctx.notices.set(NoticeKey.LOG, problem)
+        if problem is not None:
+            self.emit(
+                self.watcher.figures.phase,
+                problem,
+                {"log_problem": problem},
+                step="log:problem",
+            )
+
     def run(self, source: LogSource) -> StartOutcome:
         """Follow until the start ends; raises Abandoned when the agent shuts down."""
+        try:
+            return self._follow(source)
+        finally:
+            self._log_problem(None)
+
+    def _follow(self, source: LogSource) -> StartOutcome:
         ctx, watcher = self.ctx, self.watcher
         settings, clock = ctx.settings, ctx.clock
         poll = settings.poll_interval_s
@@ -93,6 +117,7 @@ class StartFollower:
                 self._draft(draft)
                 if draft.from_log:
                     last_move = now
+            self._log_problem(source.problem())
             if self.guard is not None:
                 trip = self.guard.check(watcher.figures, now)
                 if trip is not None:
@@ -106,7 +131,9 @@ class StartFollower:
             if figures.log_ready and not saw_ready_line:
                 saw_ready_line = True
                 next_health = now  # the server says it is ready: check at once, not next poll
-            if (figures.http_up or figures.log_ready) and now >= next_health:
+            # /health from the start, not only once the log shows HTTP up: a log moved away
+            # (or a journal that lags) must not keep a ready server from being seen as such.
+            if now >= next_health:
                 next_health = now + poll
                 code = ctx.sglang.health()
                 if code == 200:
@@ -128,7 +155,7 @@ class StartFollower:
                         if mismatch is None:
                             return self._ready(info)
                         return self._failed(FailureKind.CONFIG_MISMATCH, mismatch, [])
-                else:
+                elif figures.http_up or figures.log_ready:  # no answer before HTTP: starting
                     bad_since = now if bad_since is None else bad_since
                     if now - bad_since > ctx.health_grace_s:
                         return self._failed(

@@ -61,7 +61,7 @@ class OperationManager:
     """Runs the server's operations; one per server at a time (see the module docstring).
 
     ``health_grace_s``: how long ``/health`` may keep failing after HTTP came up before the start
-    counts as failed (default: ``settings.stall_after_s``). ``crash_points``: the hook a crash
+    counts as failed (default: ``settings.health_grace_s``). ``crash_points``: the hook a crash
     test passes (see ``bot.agent.engine.crash_points``); none in production.
     """
 
@@ -90,7 +90,7 @@ class OperationManager:
             sglang=sglang,
             state=state,
             clock=clock,
-            health_grace_s=settings.stall_after_s if health_grace_s is None else health_grace_s,
+            health_grace_s=settings.health_grace_s if health_grace_s is None else health_grace_s,
             crash_points=crash_points,
         )
         self._lock = threading.Lock()
@@ -311,6 +311,10 @@ class OperationManager:
                 return view, events
             # Bounded wake-ups: an event written by another agent process wakes nobody here.
             self.state.wait_changed(min(remaining, 0.5))
+
+    def problems(self) -> tuple[str, ...]:
+        """What the engine finds wrong now, for status (``bot.agent.engine.notices``)."""
+        return self._ctx.notices.lines()
 
     def recent(self, limit: int = 20) -> list[OperationView]:
         return self.state.operations(limit)

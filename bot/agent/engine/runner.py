@@ -25,7 +25,13 @@ from bot.agent.engine.start_attempt import StartAttempt
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
 from bot.agent.state.views import RevisionOutcome, RevisionView
 from bot.errors import KimiOpsError
-from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
+from bot.vocab import (
+    HOST_FAILURE_KINDS,
+    EventPhase,
+    FailureKind,
+    OperationKind,
+    OperationState,
+)
 
 __all__ = ["Runner"]
 
@@ -110,7 +116,23 @@ class Runner:
         if view is not None and view.kind is OperationKind.RESTART:
             self._restart_failed(outcome)
             return
+        if outcome.data.get("kind") in HOST_FAILURE_KINDS:
+            self._host_cause(outcome)
+            return
         self._rollback(outcome)
+
+    def _host_cause(self, failure: StartOutcome) -> None:
+        """A cause outside the config (a port another process holds, GPUs it occupies) kills
+        any config started now: a rollback would only lose a second start to it."""
+        self._stop_if_running()
+        self._finish(
+            OperationState.FAILED,
+            f"{failure.message}; not rolling back: the cause ({failure.data['kind']}) is outside "
+            "the config and an earlier config would die of it too. The server is stopped; free "
+            "what holds it, then restart or roll back",
+            failure.data,
+            None,
+        )
 
     def _restart_failed(self, failure: StartOutcome) -> None:
         """A restart changed no config, so no other config is started in its place: one nobody
@@ -126,9 +148,15 @@ class Runner:
 
     def _stop_if_running(self) -> None:
         """A failed start left with no config to start in its place: if it is stuck or
-        unhealthy but alive, it holds the GPUs and RAM for nothing."""
-        if self.ctx.control.status().running:
-            self.ctx.control.stop(self.ctx.settings.stop_grace_s)
+        unhealthy but alive, it holds the GPUs and RAM for nothing. A stop that fails is
+        logged and retried as a kill: the operation still ends, saying where the server is."""
+        control = self.ctx.control
+        try:
+            if control.status().running:
+                control.stop(self.ctx.settings.stop_grace_s)
+        except KimiOpsError:
+            log.exception("operation %s: stopping the failed server failed; killing", self.op_id)
+            control.kill()
 
     def _finish(
         self,
@@ -239,9 +267,12 @@ class Runner:
             )
             return
         self._record(outcome, RevisionOutcome.FAILED)
+        # Whatever the failure (timeout, health, a mismatch: the server may well be alive),
+        # the server is left stopped for a person, as the README promises.
+        self._stop_if_running()
         self._finish(
             OperationState.FAILED,
-            f"the rollback failed too ({outcome.message}); not retrying. "
+            f"the rollback failed too ({outcome.message}); not retrying: the server is stopped. "
             f"First failure: {cause.message}",
             dict(outcome.data, cause=dict(cause.data)),
             None,

@@ -22,6 +22,7 @@ without ``--enable-metrics``, or not up); added after the rest, so older bots ig
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +46,11 @@ def status_body(
     operation: dict[str, Any] | None,
     metrics: ServerMetrics | None = None,
     router_url: str | None = None,
+    agent_problems: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The body; ``router_url`` is the server's URL as a fleet's router reaches it."""
+    """The body; ``router_url`` is the server's URL as a fleet's router reaches it;
+    ``agent_problems`` what the agent itself finds wrong (the log, the state directory, the
+    configured command), listed after the facts' own problems."""
     server = snap.server
     hicache = snap.hicache
     capacity = snap.capacity
@@ -89,7 +93,7 @@ def status_body(
         "metrics": None if metrics is None else asdict(metrics),
         "operation": operation,
         "fingerprint": snap.fingerprint,
-        "problems": list(snap.problems),
+        "problems": [*snap.problems, *agent_problems],
     }
 
 

@@ -151,6 +151,7 @@ def test_stop_kills_after_the_grace_period(tmp_path: Path) -> None:
     assert (result.how, result.exit_status) == ("killed", -9)
     assert result.duration_s >= 0.3
     assert control.status().state == ServerState.STOPPED
+    log.close()
 
 
 @pytest.mark.slow
@@ -177,6 +178,7 @@ def test_stop_signals_the_whole_process_group(tmp_path: Path) -> None:
             return True
 
     wait_until(child_gone)
+    log.close()
 
 
 @pytest.mark.slow
@@ -194,6 +196,7 @@ def test_kill_sigkills_the_whole_group_without_a_grace(tmp_path: Path) -> None:
     wait_until(lambda: not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status()
                == psutil.STATUS_ZOMBIE)  # fmt: skip
     assert control.kill().how == "not_running"
+    log.close()
 
 
 def _read_until(log: LogSource, marker: str) -> str:
@@ -287,7 +290,9 @@ def test_log_since_start_rereads_the_current_run(
     started_at = again.status().started_at
     log = again.open_log(since=started_at)
     assert log.read_new().startswith("server up")
-    assert again.open_log().read_new() == ""  # without since: only what comes next
+    fresh = again.open_log()
+    assert fresh.read_new() == ""  # without since: only what comes next
+    fresh.close()
     log.close()
 
 
