@@ -20,6 +20,7 @@ GPUs its own new server holds. A restarted agent finds a recorded server by pid 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -32,6 +33,7 @@ import psutil
 
 from bot.agent.control._atomic_file import read_json, write_json
 from bot.agent.control._log_file import FileLogSource
+from bot.agent.control._port import port_conflict, server_tree
 from bot.agent.control.protocol import MARKER_ENV, ServerProcessState, StopHow, StopResult
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from bot.agent.config import AgentSettings
 
 __all__ = ["STATE_DIR_ENV", "FileLogSource", "ProcessControl"]
+
+log = logging.getLogger(__name__)
 
 # After SIGKILL the kernel still has to tear the process down (and unpin its memory).
 _KILL_WAIT_S = 30.0
@@ -151,6 +155,14 @@ class ProcessControl:
     def _save_run(self, run: _Run) -> None:
         write_json(self._run_path, run.to_json(), hook=self._hook)
 
+    def _save_run_if_room(self, run: _Run) -> None:
+        """Record what is already true of the process (its exit, a stop asked): a full disk
+        must not keep the agent from stopping the server, only from recording that it did."""
+        try:
+            self._save_run(run)
+        except BackendError:
+            log.warning("could not record the server's state in %s", self._run_path, exc_info=True)
+
     def _alive(self, run: _Run) -> bool:
         """Whether the recorded process is still running; records its exit status if seen."""
         if run.pid is None:
@@ -161,7 +173,7 @@ class ProcessControl:
                 return True
             if run.exit_status is None:
                 run.exit_status = code
-                self._save_run(run)
+                self._save_run_if_room(run)  # our child's status is known without it
             return False
         try:
             process = psutil.Process(run.pid)
@@ -238,7 +250,7 @@ class ProcessControl:
         if run is None or run.pid is None or not self._alive(run):
             return StopResult("not_running", 0.0, run.exit_status if run else None)
         run.stop_requested = True
-        self._save_run(run)
+        self._save_run_if_room(run)  # a stop, above all the guard's kill, never waits on a disk
         how: StopHow = "killed"
         if grace_s is not None:
             self._signal(run.pid, signal.SIGTERM)
@@ -284,6 +296,9 @@ class ProcessControl:
             except ProcessLookupError:
                 os.kill(pid, sig)
         # PermissionError propagates as it should: the agent must own the server.
+
+    def port_conflict(self, host: str, port: int) -> str | None:
+        return port_conflict(host, port, server_tree(self.status().main_pid))
 
     def open_log(self, since: float | None = None) -> FileLogSource:
         run = self._load_run()

@@ -125,6 +125,11 @@ class ServerControl(Protocol):
         """The server process's state now."""
         ...
 
+    def port_conflict(self, host: str, port: int) -> str | None:
+        """Why a server started now could not bind ``host:port``, naming the process that holds
+        it; None when the port is free or held by the running server (the stop frees it)."""
+        ...
+
     def open_log(self, since: float | None = None) -> LogSource:
         """A source of server output: from the start at Unix time ``since`` when given (use the
         ``started_at`` of ``status()`` to re-read the current run after an agent restart),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from bot.agent.control._atomic_file import read_json, write_atomic, write_json
 from bot.agent.control._journal import JournalLogSource, journal_head
+from bot.agent.control._port import port_conflict, server_tree
 from bot.agent.control._systemctl_show import (
     SHOW_PROPERTIES,
     invocation_of,
@@ -200,6 +201,9 @@ class SystemdControl:
                 return False
             self._clock.sleep(_POLL_S)
         return True
+
+    def port_conflict(self, host: str, port: int) -> str | None:
+        return port_conflict(host, port, server_tree(self.status().main_pid))
 
     def open_log(self, since: float | None = None) -> JournalLogSource:
         """The journal of the unit's current run when ``since`` is given (its start time), else

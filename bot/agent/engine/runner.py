@@ -22,6 +22,7 @@ from bot.agent.engine.crash_points import CrashPoint, SimulatedCrash
 from bot.agent.engine.event_log import EventLog, iso
 from bot.agent.engine.position import OperationPosition
 from bot.agent.engine.start_attempt import StartAttempt
+from bot.agent.engine.state_writes import StateWrites
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
 from bot.agent.state.views import RevisionOutcome, RevisionView
 from bot.errors import KimiOpsError
@@ -54,6 +55,7 @@ class Runner:
         self.op_id = op_id
         self.events = EventLog(ctx, op_id)
         self.position = OperationPosition(ctx, op_id)
+        self.writes = StateWrites(ctx, op_id)
 
     @property
     def point(self) -> ResumePoint:
@@ -74,7 +76,10 @@ class Runner:
             log.info("operation %s: %s", self.op_id, crash)
         except Exception as exc:  # a bug or an unexpected backend failure: never a silent hang
             log.exception("operation %s failed unexpectedly", self.op_id)
-            self._fail_unexpectedly(exc)
+            try:
+                self._fail_unexpectedly(exc)
+            except Abandoned:  # shut down while waiting to record it: resumed by the next
+                log.info("operation %s left unfinished for the next agent", self.op_id)
 
     def _fail_unexpectedly(self, exc: Exception) -> None:
         """Settle the operation and its revision as failed, saying where the server stands."""
@@ -107,7 +112,9 @@ class Runner:
             self._finish(OperationState.READY, outcome.message, outcome.data, 1.0)
             return
         self._record(outcome, RevisionOutcome.FAILED)
-        self.ctx.state.update_operation(self.op_id, failure=outcome.data)
+        self.writes.settle(
+            "its failure", lambda: self.ctx.state.update_operation(self.op_id, failure=outcome.data)
+        )
         self.position.crash_point(CrashPoint.FAILURE_RECORDED)
         if not outcome.started:
             self._finish(OperationState.FAILED, outcome.message, outcome.data, None)
@@ -167,8 +174,12 @@ class Runner:
     ) -> None:
         # Outcome first, then the final event that makes the state final: whoever sees the
         # final state also sees the outcome and the finish time.
-        self.ctx.state.update_operation(
-            self.op_id, outcome=message, finished_at=iso(self.ctx.clock.now())
+        finished_at = iso(self.ctx.clock.now())
+        self.writes.settle(
+            "its outcome",
+            lambda: self.ctx.state.update_operation(
+                self.op_id, outcome=message, finished_at=finished_at
+            ),
         )
         self.position.crash_point(CrashPoint.OUTCOME_RECORDED)
         self.events.emit(EventPhase(state.value), message, data, progress=progress, state=state)
@@ -180,7 +191,10 @@ class Runner:
         for key in _REVISION_FIGURES:
             if outcome.data.get(key) is not None:
                 fields[key] = outcome.data[key]
-        self.ctx.state.update_revision(self.point.revision, **fields)
+        revision = self.point.revision
+        self.writes.settle(
+            "its revision's outcome", lambda: self.ctx.state.update_revision(revision, **fields)
+        )
 
     def _rollback(self, failure: StartOutcome) -> None:
         failed = self.point
@@ -197,7 +211,10 @@ class Runner:
             return
         rev_id = self._rollback_revision(failed.revision, target)
         self.position.crash_point(CrashPoint.ROLLBACK_REVISION_ADDED)
-        self.ctx.state.update_operation(self.op_id, rollback_of=failed.revision)
+        self.writes.settle(
+            "its rollback",
+            lambda: self.ctx.state.update_operation(self.op_id, rollback_of=failed.revision),
+        )
         self.position.save(
             ResumePoint(
                 stage=Stage.ROLLBACK,
@@ -244,14 +261,18 @@ class Runner:
                 and revision.rollback_of == failed
             ):
                 return revision.id
-        return self.ctx.state.add_revision(
-            argv=list(target.argv),
-            hicache=dict(target.hicache),
-            created_at=iso(self.ctx.clock.now()),
-            actor="kimi-ops (automatic rollback)",
-            kind=OperationKind.ROLLBACK.value,
-            rollback_of=failed,
-            operation_id=self.op_id,
+        created_at = iso(self.ctx.clock.now())
+        return self.writes.settle(
+            "the rollback's revision",
+            lambda: self.ctx.state.add_revision(
+                argv=list(target.argv),
+                hicache=dict(target.hicache),
+                created_at=created_at,
+                actor="kimi-ops (automatic rollback)",
+                kind=OperationKind.ROLLBACK.value,
+                rollback_of=failed,
+                operation_id=self.op_id,
+            ),
         )
 
     def _after_rollback(self, outcome: StartOutcome) -> None:

@@ -86,6 +86,9 @@ class _Control:
     def status(self) -> ServerProcessState:
         return self.inner.status()
 
+    def port_conflict(self, host: str, port: int) -> str | None:
+        return self.inner.port_conflict(host, port)
+
     def open_log(self, since: float | None = None) -> LogSource:
         return self.inner.open_log(since)
 
