@@ -137,3 +137,23 @@ def test_router_url_defaults_to_none_and_a_bad_one_is_refused_by_name() -> None:
     assert read.router_url == "http://10.0.0.11:30000"
     with pytest.raises(ConfigError, match=r"\[agent\] router_url '10.0.0.11:30000' is not an"):
         _settings({"command": ["srv"], "router_url": "10.0.0.11:30000"})
+
+
+def test_health_timeouts_are_settings_with_defaults_that_fit_a_loaded_server() -> None:
+    """health_timeout_s defaults above SGLang's own 20 s, status_timeout_s keeps status's
+    three reads under the bot's 15 s, health_grace_s defaults to 300 s; each can be set, and a
+    non-positive value is refused naming the key (failed before the fix: no such settings, a
+    7 s /health was "no answer" at the client's fixed 5 s)."""
+    base = {"command": ["python3", "-m", "sglang.launch_server"]}
+    env = {"KIMI_AGENT_TOKEN": "t"}
+    defaults = agent_settings_from_config({"agent": base}, env)
+    assert defaults.health_timeout_s > 20
+    assert 3 * defaults.status_timeout_s < 15
+    assert defaults.health_grace_s == 300
+    given = agent_settings_from_config(
+        {"agent": {**base, "health_timeout_s": 45, "health_grace_s": 60, "status_timeout_s": 2}},
+        env,
+    )
+    assert (given.health_timeout_s, given.health_grace_s, given.status_timeout_s) == (45, 60, 2)
+    with pytest.raises(ConfigError, match="health_timeout_s must be a positive"):
+        agent_settings_from_config({"agent": {**base, "health_timeout_s": 0}}, env)

@@ -237,3 +237,23 @@ def test_health_failing_after_http_came_up_fails_the_start(backend_rig: Rigs) ->
     assert "/health answered 503" in events[-1].message
     assert phases(events).count("rolling_back") == 1
     assert "verifying" not in phases(events)
+
+
+def test_a_failed_rollback_leaves_the_server_stopped_whatever_the_failure(
+    backend_rig: Rigs,
+) -> None:
+    """A rollback that fails on /health (its server alive, just unhealthy) ends with the server
+    stopped, as the README says, and the message says so (failed before the fix: the rollback's
+    unhealthy server was left running, holding its GPUs and RAM)."""
+    rig = backend_rig()
+    rig.start_server()
+    unhealthy = _Unhealthy(rig.client())
+    manager = rig.manager(sglang=unhealthy, health_grace_s=0.5)
+    op = manager.submit("resize", actor="ana", ratio=3)
+    unhealthy.broken = True
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert phases(events).count("rolling_back") == 1
+    assert "the server is stopped" in events[-1].message
+    assert not rig.control().status().running
