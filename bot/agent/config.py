@@ -18,8 +18,9 @@ several tokens, named and read-only ones among them (:mod:`bot.agent.tokens`).
 
 from __future__ import annotations
 
+import shlex
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -31,6 +32,7 @@ from bot.errors import ConfigError
 from bot.settings import Section, load_config, secret_from_env
 
 __all__ = [
+    "ADOPT_COMMAND",
     "DEFAULT_GUARD_FLOOR_GB",
     "DEFAULT_HEALTH_TIMEOUT_S",
     "DEFAULT_STATUS_TIMEOUT_S",
@@ -38,6 +40,7 @@ __all__ = [
     "AgentSettings",
     "GuardSettings",
     "agent_settings_from_config",
+    "command_drift",
     "load_agent_settings",
 ]
 
@@ -150,6 +153,48 @@ class AgentSettings:
     def tls(self) -> bool:
         """Whether the agent serves HTTPS (both PEM paths are set)."""
         return self.tls_cert is not None and self.tls_key is not None
+
+
+#: The subcommand that makes an edited ``[agent] command`` the one the server is started with.
+ADOPT_COMMAND = "kimi-ops agent adopt-command --config FILE"
+
+
+def command_drift(configured: Sequence[str], recorded: Sequence[str]) -> str | None:
+    """The warning when ``[agent] command`` (``configured``) is not the command the process
+    backend starts (``recorded``, its ``command.json``, which the agent's own changes rewrite);
+    None when they agree or no command is configured. Only the differing flags are named::
+
+        command_drift([..., "--tp", "8"], [..., "--tp", "4"])
+        -> "[agent] command differs from the command the agent starts the server with
+            (command.json): the config has --tp 8, command.json has --tp 4. ..."
+    """
+    if not configured or list(configured) == list(recorded):
+        return None
+    mine, theirs = _flags(configured), _flags(recorded)
+    only_config = [word for item in mine if item not in theirs for word in item]
+    only_recorded = [word for item in theirs if item not in mine for word in item]
+    if not only_config and not only_recorded:  # the same flags in another order
+        only_config, only_recorded = list(configured), list(recorded)
+    return (
+        "[agent] command differs from the command the agent starts the server with "
+        f"(command.json): the config has {shlex.join(only_config) or '(nothing else)'}, "
+        f"command.json has {shlex.join(only_recorded) or '(nothing else)'}. The edit is not "
+        f"used until it is adopted: `{ADOPT_COMMAND}`, then restart the server"
+    )
+
+
+def _flags(argv: Sequence[str]) -> list[tuple[str, ...]]:
+    """``argv`` as its program part and each flag with its values: ("--tp", "8")."""
+    items: list[tuple[str, ...]] = []
+    current: list[str] = []
+    for word in argv:
+        if word.startswith("--") and current:
+            items.append(tuple(current))
+            current = []
+        current.append(word)
+    if current:
+        items.append(tuple(current))
+    return items
 
 
 def _router_url(value: str | None) -> str | None:

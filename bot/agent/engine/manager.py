@@ -28,7 +28,7 @@ from bot.agent.cmdline import (
     rewrite_hicache,
     validate_command,
 )
-from bot.agent.config import AgentSettings
+from bot.agent.config import AgentSettings, command_drift
 from bot.agent.control.protocol import ServerControl
 from bot.agent.engine.context import RunnerContext, SGLangLike
 from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
@@ -41,6 +41,7 @@ from bot.clock import Clock
 from bot.errors import (
     CommandLineError,
     InputError,
+    KimiOpsError,
     NotFound,
     OperationConflict,
     PlanRefused,
@@ -313,8 +314,53 @@ class OperationManager:
             self.state.wait_changed(min(remaining, 0.5))
 
     def problems(self) -> tuple[str, ...]:
-        """What the engine finds wrong now, for status (``bot.agent.engine.notices``)."""
-        return self._ctx.notices.lines()
+        """What the engine finds wrong now, for status (``bot.agent.engine.notices``), and an
+        edited ``[agent] command`` not adopted yet."""
+        drift = self.command_drift()
+        return self._ctx.notices.lines() + (() if drift is None else (drift,))
+
+    def command_drift(self) -> str | None:
+        """The warning when the process backend's recorded command is not ``[agent] command``
+        (the config was edited after the agent recorded a command of its own)."""
+        if self.settings.backend != "process":
+            return None  # systemd's command is the unit's ExecStart, not [agent] command
+        try:
+            recorded = self.control.read_command()
+        except KimiOpsError as exc:
+            return f"the server's command cannot be read: {exc}"
+        return command_drift(self.settings.command, recorded)
+
+    def adopt_configured_command(self) -> str:
+        """Make ``[agent] command`` the command the next start runs (the recorded one kept as
+        the previous); the sentence that says what was done. Refused while an operation runs,
+        and for a command SGLang would not take."""
+        if self.settings.backend != "process":
+            raise InputError(
+                "adopt-command is for the process backend; with systemd the command is the "
+                f"unit's ExecStart: edit {self.settings.unit} instead"
+            )
+        with self._lock:
+            running = self.state.unfinished_operations()
+            if running:
+                held = running[0]
+                raise OperationConflict(
+                    f"operation {held.id} ({held.kind}) is running; adopt the command once it "
+                    "has finished",
+                    holder=held.actor,
+                    since=held.created_at,
+                )
+            configured = list(self.settings.command)
+            if self.control.read_command() == configured:
+                return "command.json already holds [agent] command: nothing to adopt"
+            try:
+                validate_command(configured)
+            except CommandLineError as exc:
+                raise InputError(f"[agent] command is not a valid command line: {exc}") from exc
+            self.control.write_command(configured)
+        return (
+            "command.json now holds [agent] command (the one before is kept as the previous "
+            "command); the server runs the old one until it is restarted: /kimi restart"
+        )
 
     def recent(self, limit: int = 20) -> list[OperationView]:
         return self.state.operations(limit)
