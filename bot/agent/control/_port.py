@@ -38,7 +38,7 @@ def _describe(pid: int) -> str:
         command = " ".join(process.cmdline()) or process.name()
     except psutil.Error:
         return f"pid {pid}"
-    return f"pid {pid} ({command[:120]})"
+    return f"pid {pid} ({command[:400]})"
 
 
 def port_conflict(host: str, port: int, server_pids: Collection[int]) -> str | None:

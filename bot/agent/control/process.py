@@ -67,6 +67,7 @@ class _Run:
     stop_requested: bool = False
     exit_status: int | None = None
     marker: str | None = None  # absent from records written before markers existed
+    adopted: bool = False  # found running the command, started outside the agent
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -184,10 +185,16 @@ class ProcessControl:
 
     def status(self) -> ServerProcessState:
         run = self._load_run()
+        if run is None or (run.pid is not None and not self._alive(run)):
+            outside = self._adopt_outside(run)
+            if outside is not None:
+                run = outside
         if run is None or run.pid is None:
             return ServerProcessState(ServerState.STOPPED)
         if self._alive(run):
-            return ServerProcessState(ServerState.RUNNING, run.pid, None, run.started_at)
+            return ServerProcessState(
+                ServerState.RUNNING, run.pid, None, run.started_at, adopted=run.adopted
+            )
         # Exit 0, or a stop we asked for, is a normal end; anything else is a failure.
         # A re-attached server that vanished has no known exit status: that is a failure too.
         clean = run.stop_requested or run.exit_status == 0
@@ -197,6 +204,28 @@ class ProcessControl:
             run.exit_status,
             run.started_at,
         )
+
+    def _adopt_outside(self, last: _Run | None) -> _Run | None:
+        """The server restarted by hand: a live process running the recorded command that
+        this agent did not start, recorded as the server (stopped and started as its own from
+        now on). None when there is none. A start being spawned (no pid yet) is never taken
+        for one: its child is found by its marker."""
+        try:
+            argv = self.read_command()
+        except BackendError:
+            return None
+        found = _find_by_command(argv, str(self._state_dir))
+        if found is None:
+            return None
+        pid, create_time = found
+        try:
+            offset = self._log_file.stat().st_size
+        except OSError:
+            offset = last.log_offset if last is not None else 0
+        run = _Run(pid, create_time, create_time, offset, adopted=True)
+        log.warning("found the server running outside the agent (pid %s): adopted", pid)
+        self._save_run_if_room(run)
+        return run
 
     def started(self, marker: str) -> bool:
         run = self._load_run()
@@ -356,3 +385,40 @@ def _find_by_marker(marker: str, state_dir: str) -> tuple[int, float] | None:
             continue  # gone, or another user's: not ours
         return process.pid, float(process.info["create_time"])
     return None
+
+
+def _same_command(cmdline: list[str], argv: list[str]) -> bool:
+    """Whether a process's command line is ``argv``: the same arguments, and the same program
+    (the same file, or the same name when either cannot be resolved)."""
+    if len(cmdline) != len(argv) or cmdline[1:] != argv[1:]:
+        return False
+    if cmdline[0] == argv[0]:
+        return True
+    return os.path.basename(cmdline[0]) == os.path.basename(argv[0])
+
+
+def _find_by_command(argv: list[str], state_dir: str) -> tuple[int, float] | None:
+    """(pid, create time) of the oldest live process running ``argv`` that no agent of another
+    state directory started, at the top of its tree (a forked child runs the same command line;
+    its parent is the server)."""
+    found: list[tuple[float, int]] = []
+    for process in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        try:
+            cmdline = process.info["cmdline"] or []
+            if not cmdline or not _same_command(list(cmdline), argv):
+                continue
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            owner = process.environ().get(STATE_DIR_ENV)
+            if owner is not None and owner != state_dir:
+                continue  # another agent's server
+            parent = process.parent()
+            if parent is not None and _same_command(parent.cmdline(), argv):
+                continue
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+        found.append((float(process.info["create_time"]), process.pid))
+    if not found:
+        return None
+    create_time, pid = min(found)
+    return pid, create_time

@@ -40,12 +40,15 @@ class ServerProcessState:
     ``exit_status`` is the last exit code when known; a signal is negative (-9 for SIGKILL) for
     the process backend's own child, and 137-style codes come through as the manager reports them.
     ``started_at`` is the Unix time the current or last process started.
+    ``adopted``: the running server was started outside the agent (restarted by hand with the
+    recorded command) and found by its command line; the agent treats it as its own.
     """
 
     state: ServerState
     main_pid: int | None = None
     exit_status: int | None = None
     started_at: float | None = None
+    adopted: bool = False
 
     @property
     def running(self) -> bool:

@@ -316,8 +316,29 @@ class OperationManager:
     def problems(self) -> tuple[str, ...]:
         """What the engine finds wrong now, for status (``bot.agent.engine.notices``), and an
         edited ``[agent] command`` not adopted yet."""
-        drift = self.command_drift()
-        return self._ctx.notices.lines() + (() if drift is None else (drift,))
+        found = [self.command_drift(), self._server_outside()]
+        return self._ctx.notices.lines() + tuple(line for line in found if line is not None)
+
+    def _server_outside(self) -> str | None:
+        """A server the agent did not start: adopted (the recorded command, restarted by hand),
+        or another program on the server's port while the agent's server is not running."""
+        try:
+            status = self.control.status()
+            if status.adopted:
+                return (
+                    f"the server (pid {status.main_pid}) was started outside the agent with the "
+                    "recorded command; the agent adopted it: its RAM counts as the server's and "
+                    "the next change stops it"
+                )
+            if status.running:
+                return None
+            topology = read_topology(self.control.read_command())
+            conflict = self.control.port_conflict(topology.host, topology.port)
+        except KimiOpsError:
+            return None  # the facts' own problems say what cannot be read
+        if conflict is None:
+            return None
+        return f"running, not started by this agent: {conflict}; a start here would fail"
 
     def command_drift(self) -> str | None:
         """The warning when the process backend's recorded command is not ``[agent] command``

@@ -156,9 +156,9 @@ class StartAttempt:
             )
         except GpusBusyError as exc:
             return _not_started(exc, {"kind": FailureKind.GPU_BUSY.value,
-                                      "processes": exc.processes})  # fmt: skip
+                                      "processes": exc.processes}, self._where())  # fmt: skip
         except KimiOpsError as exc:  # NVML failing ("GPU is lost"), the process table unreadable
-            return _not_started(exc, {"kind": _kind_of(exc).value})
+            return _not_started(exc, {"kind": _kind_of(exc).value}, self._where())
         position.crash_point(CrashPoint.GPUS_FREE)
         # The command is written only now, with the GPUs free and the start next: a start that
         # never happens (GPUs busy, the probe failing) leaves the config that last ran on disk.
@@ -187,9 +187,19 @@ class StartAttempt:
         except KimiOpsError as exc:  # the backend refused: nothing runs, nothing to follow
             if written_over != argv:
                 ctx.control.write_command(written_over)  # the config that last ran, again
-            return _not_started(exc, {"kind": _kind_of(exc).value})
+            return _not_started(exc, {"kind": _kind_of(exc).value}, self._where())
         position.crash_point(CrashPoint.SPAWNED)
         return None
+
+    def _where(self) -> str:
+        """Where the server stands, said as it is (a server started by hand may run on)."""
+        try:
+            status = self.ctx.control.status()
+        except KimiOpsError as exc:
+            return f"the server's state is unknown ({exc})"
+        if status.running:
+            return f"a server is running (pid {status.main_pid})"
+        return "the server is stopped"
 
 
 def _address(argv: list[str]) -> tuple[str, int]:
@@ -198,10 +208,10 @@ def _address(argv: list[str]) -> tuple[str, int]:
     return topology.host, topology.port
 
 
-def _not_started(exc: KimiOpsError, data: dict[str, Any]) -> StartOutcome:
+def _not_started(exc: KimiOpsError, data: dict[str, Any], where: str) -> StartOutcome:
     """The start could not begin (GPUs busy, the GPU probe or the backend failing): the
-    operation fails without starting, the server left stopped."""
-    message = f"not started: {str(exc).rstrip('.')}; the server is stopped"
+    operation fails without starting, saying where the server stands."""
+    message = f"not started: {str(exc).rstrip('.')}; {where}"
     return StartOutcome(False, message, dict(data, message=str(exc)), started=False)
 
 
