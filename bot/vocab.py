@@ -106,8 +106,8 @@ class ServerState(StrEnum):
 class FailureKind(StrEnum):
     """Why an operation's start failed.
 
-    The first five and ``port_in_use`` are read from SGLang's own dying lines (most specific cause first; ``crash``
-    when the log names none); the rest are decided by the agent.
+    The first five and ``port_in_use`` are read from SGLang's own dying lines (most specific
+    cause first; ``crash`` when the log names none); the rest are decided by the agent.
     """
 
     HOST_MEMORY = "host_memory"  # SGLang refused the host pool: not enough host RAM

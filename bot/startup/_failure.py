@@ -12,7 +12,8 @@ which yields ``FailureKind.HOST_MEMORY`` with the first, third and last lines ke
 lines (exception, traceback, sigquit) alone give ``FailureKind.CRASH``; a specific message wins
 over ``crash`` whether it arrives before or after them. A port held by another process::
 
-    ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): address already in use
+    ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000):
+    address already in use   (one line in the log)
 
 yields ``FailureKind.PORT_IN_USE``.
 """

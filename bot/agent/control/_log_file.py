@@ -60,9 +60,7 @@ class FileLogSource:
             named: os.stat_result | None = os.stat(self._path)
         except FileNotFoundError:
             named = None
-        if named is not None and (
-            not self._files or self._files[-1][1] != _identity(named)
-        ):
+        if named is not None and (not self._files or self._files[-1][1] != _identity(named)):
             self._follow_name()
         data = b""
         if len(self._files) > 1 and os.fstat(self._files[-1][0].fileno()).st_size > 0:
@@ -80,8 +78,7 @@ class FileLogSource:
                 f"the server log {self._path} was moved or deleted; reading the file the "
                 "server still writes and following its endpoints"
                 if self._files
-                else f"the server log {self._path} does not exist; following the server's "
-                "endpoints"
+                else f"the server log {self._path} does not exist; following the server's endpoints"
             )
         else:
             self._problem = None

@@ -47,9 +47,11 @@ def port_conflict(host: str, port: int, server_pids: Collection[int]) -> str | N
     holders: set[int] = set()
     with contextlib.suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="inet"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-                if conn.pid is not None:
-                    holders.add(conn.pid)
+            address = conn.laddr
+            if conn.status != psutil.CONN_LISTEN or not isinstance(address, tuple) or not address:
+                continue
+            if getattr(address, "port", None) == port and conn.pid is not None:
+                holders.add(conn.pid)
     foreign = sorted(holders - set(server_pids))
     if foreign:
         who = ", ".join(_describe(pid) for pid in foreign)

@@ -22,7 +22,7 @@ from bot.agent.engine.served_setting import reported_mismatch
 from bot.agent.engine.watcher import Draft, StartWatcher
 from bot.vocab import EventPhase, FailureKind, OperationState
 
-__all__ = ["DRAIN_S", "FOLLOW_S", "StartFollower"]
+__all__ = ["DRAIN_S", "FOLLOW_S", "LAG_S", "StartFollower"]
 
 # How often the log is read while following: often enough that "ready" is seen promptly, rarely
 # enough that following a busy log costs little (the parser skips batch lines in bulk).
@@ -30,6 +30,8 @@ FOLLOW_S = 0.1
 # After the process died, or once /health answers 200, how long to keep reading for the lines
 # the server already wrote (journald lags a little).
 DRAIN_S = 0.5
+# /health answered 200 before the log showed HTTP up: how long the log may lag behind it.
+LAG_S = 5.0
 
 
 class StartFollower:
@@ -191,13 +193,18 @@ class StartFollower:
     def _catch_up(self, source: LogSource) -> None:
         """/health answers 200 only after the server logged its warmup and (just after) its
         ready line, but a journal can deliver them later than HTTP answers: read on until the
-        ready line, at most DRAIN_S, so no phase is missing or reported after "verifying"."""
-        self._drain(source, until=lambda: self.watcher.figures.log_ready)
+        ready line, so no phase is missing or reported after "verifying". At most DRAIN_S once
+        the log showed HTTP up; LAG_S when it did not yet (a lagging journal), none when the
+        log cannot be followed (moved away: the endpoints are all there is)."""
+        if source.problem() is not None:
+            return
+        wait_s = DRAIN_S if self.watcher.figures.http_up else LAG_S
+        self._drain(source, until=lambda: self.watcher.figures.log_ready, wait_s=wait_s)
 
-    def _drain(self, source: LogSource, until: Callable[[], bool]) -> None:
-        """Read what the log still delivers for at most DRAIN_S, or until ``until()`` holds."""
+    def _drain(self, source: LogSource, until: Callable[[], bool], wait_s: float = DRAIN_S) -> None:
+        """Read what the log still delivers for at most ``wait_s``, or until ``until()``."""
         clock, watcher = self.ctx.clock, self.watcher
-        deadline = clock.monotonic() + DRAIN_S
+        deadline = clock.monotonic() + wait_s
         while not until() and clock.monotonic() < deadline:
             text = source.read_new()
             for draft in watcher.feed(text, clock.monotonic()):

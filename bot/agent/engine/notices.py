@@ -2,9 +2,9 @@
 by its name, the state directory refusing writes. Each part sets its line under its own key and
 clears it when the cause is gone; status lists the lines in the order they were first set::
 
-    notices.set("log", "the server log /var/lib/kimi-ops/agent/server.log was moved or deleted; ...")
-    notices.lines()  ->  ("the server log /var/lib/kimi-ops/agent/server.log was moved ...",)
-    notices.set("log", None)
+    notices.set(NoticeKey.LOG, "the server log /srv/server.log was moved or deleted; ...")
+    notices.lines()  ->  ("the server log /srv/server.log was moved or deleted; ...",)
+    notices.set(NoticeKey.LOG, None)
     notices.lines()  ->  ()
 """
 

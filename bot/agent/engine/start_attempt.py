@@ -1,6 +1,6 @@
 """One start of a config, from its resume point to how it ended: check the server's port, stop
-the server, wait for its GPUs, write the command line, spawn the new one (or adopt the one a dead agent spawned), then
-follow its log under the guard until it is ready or has failed.
+the server, wait for its GPUs, write the command line, spawn the new one (or adopt the one a
+dead agent spawned), then follow its log under the guard until it is ready or has failed.
 
 Each step is saved in the operation's :class:`~bot.agent.engine.position.OperationPosition`
 before it acts, so a restarted agent picks the start up where it was: a start recorded as begun

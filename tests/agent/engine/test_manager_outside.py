@@ -9,7 +9,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import psutil
 import pytest
@@ -84,9 +83,9 @@ def test_a_server_restarted_by_hand_is_adopted_counted_and_replaced(
     assert body["server"]["state"] == "running"
     assert body["server"]["pid"] == hand.pid
     assert body["ram"]["server_held_bytes"] > 0
-    assert any(
-        f"(pid {hand.pid}) was started outside the agent" in p for p in body["problems"]
-    ), body["problems"]
+    assert any(f"(pid {hand.pid}) was started outside the agent" in p for p in body["problems"]), (
+        body["problems"]
+    )
     op = service.manager.submit("resize", actor="ana", ratio=4)
     final = wait_final(service.manager, op.id)
     events = service.manager.state.events(op.id)

@@ -53,11 +53,13 @@ def _fill(disk: Path) -> Path:
     """Write one file until the disk refuses more; returns it (delete it to free the disk)."""
     filler = disk / "filler"
     chunk = b"\0" * 65536
-    with filler.open("wb", buffering=0) as handle:
-        with contextlib.suppress(OSError):
-            while True:
-                handle.write(chunk)
-    with pytest.raises(OSError) as refused, (disk / "probe").open("wb", buffering=0) as handle:
+    with filler.open("wb", buffering=0) as handle, contextlib.suppress(OSError):
+        while True:
+            handle.write(chunk)
+    with (
+        pytest.raises(OSError, match="No space left") as refused,
+        (disk / "probe").open("wb", buffering=0) as handle,
+    ):
         handle.write(chunk)
     assert refused.value.errno == errno.ENOSPC
     return filler
@@ -117,6 +119,7 @@ def test_status_says_when_the_servers_log_is_on_the_refusing_disk(tmp_path: Path
     """The server's log at its default, inside the state directory: the refused write's line
     in status says the log is on the same disk and names the setting that moves it; a log on
     another disk is not mentioned."""
+
     def line(log_file: str | None) -> str:
         section: dict[str, object] = {"command": ["python3", "-m", "sglang.launch_server"],
                                       "state_dir": str(tmp_path / "agent")}  # fmt: skip
