@@ -53,6 +53,10 @@ _SPECIFIC: tuple[tuple[FailureKind, tuple[str, ...]], ...] = (
             # srt/server_args.py, checking the internal ports (PortArgs) before any rank starts:
             # "Port is already in use. dist_init_port=... port_base=... ..."
             "Port is already in use.",
+            # srt/utils/network.py, wait_port_available, once it found the holder:
+            # "ValueError: port_base at 30001 is not available in 30 seconds. port_base is used
+            # by a process already. process.name()='nc' ..."
+            "is used by a process already.",
         ),
     ),
     (
