@@ -159,27 +159,28 @@ class AgentSettings:
 ADOPT_COMMAND = "kimi-ops agent adopt-command --config FILE"
 
 
-def command_drift(configured: Sequence[str], recorded: Sequence[str]) -> str | None:
-    """The warning when ``[agent] command`` (``configured``) is not the command the process
-    backend starts (``recorded``, its ``command.json``, which the agent's own changes rewrite);
-    None when they agree or no command is configured. Only the differing flags are named::
+def command_drift(configured: Sequence[str], taken_from: Sequence[str]) -> str | None:
+    """The warning when ``[agent] command`` (``configured``) was edited after the recorded
+    command (the process backend's ``command.json``) was taken from it (``taken_from``); None
+    when it was not. The agent's own changes (a resize) never count: only the config's edit.
+    Only the differing flags are named::
 
         command_drift([..., "--tp", "8"], [..., "--tp", "4"])
-        -> "[agent] command differs from the command the agent starts the server with
-            (command.json): the config has --tp 8, command.json has --tp 4. ..."
+        -> "[agent] command was edited after the agent recorded the server's command from it
+            (command.json): the config has --tp 8 where it had --tp 4. ..."
     """
-    if not configured or list(configured) == list(recorded):
+    if not configured or list(configured) == list(taken_from):
         return None
-    mine, theirs = _flags(configured), _flags(recorded)
+    mine, theirs = _flags(configured), _flags(taken_from)
     only_config = [word for item in mine if item not in theirs for word in item]
-    only_recorded = [word for item in theirs if item not in mine for word in item]
-    if not only_config and not only_recorded:  # the same flags in another order
-        only_config, only_recorded = list(configured), list(recorded)
+    only_before = [word for item in theirs if item not in mine for word in item]
+    if not only_config and not only_before:  # the same flags in another order
+        only_config, only_before = list(configured), list(taken_from)
     return (
-        "[agent] command differs from the command the agent starts the server with "
-        f"(command.json): the config has {shlex.join(only_config) or '(nothing else)'}, "
-        f"command.json has {shlex.join(only_recorded) or '(nothing else)'}. The edit is not "
-        f"used until it is adopted: `{ADOPT_COMMAND}`, then restart the server"
+        "[agent] command was edited after the agent recorded the server's command from it "
+        f"(command.json): the config has {shlex.join(only_config) or '(nothing more)'} where it "
+        f"had {shlex.join(only_before) or '(nothing more)'}. The edit is not used until it is "
+        f"adopted: `{ADOPT_COMMAND}`, then restart the server"
     )
 
 

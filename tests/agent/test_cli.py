@@ -113,10 +113,11 @@ def test_agent_on_a_taken_port_exits_1_naming_it(tmp_path: Path) -> None:
 
 
 def test_an_edited_command_is_warned_of_and_adopted_by_adopt_command(tmp_path: Path) -> None:
-    """command.json recorded at --hicache-ratio 2 and the config edited to ratio 3: the agent
-    warns at start and in status naming both flags and the adopt-command subcommand (failed
-    before the fix: the edit was ignored without a word); ``kimi-ops agent adopt-command``
-    writes the config's command (the recorded one kept as the previous) and the warning goes."""
+    """command.json recorded from a config at --hicache-ratio 2, then the config edited to
+    ratio 3: the agent warns at start and in status naming both flags and the adopt-command
+    subcommand (failed before the fix: the edit was ignored without a word); ``kimi-ops agent
+    adopt-command`` writes the config's command (the recorded one kept as the previous), and a
+    second run has nothing to adopt."""
     recorded = write_config(tmp_path, profile=SMALL)
     settings = load_agent_settings(recorded, {TOKEN_ENV: TOKEN})
     make_control(settings).read_command()  # recorded from the config as it was
@@ -132,10 +133,10 @@ def test_an_edited_command_is_warned_of_and_adopted_by_adopt_command(tmp_path: P
         ]
         assert agent.stop(signal.SIGTERM) == 0
         log = agent.stderr()
-    (drift,) = [p for p in problems if "[agent] command differs" in p]
-    assert "the config has --hicache-ratio 3, command.json has --hicache-ratio 2" in drift
+    (drift,) = [p for p in problems if "[agent] command was edited" in p]
+    assert "the config has --hicache-ratio 3 where it had --hicache-ratio 2" in drift
     assert "kimi-ops agent adopt-command --config FILE" in drift
-    assert "[agent] command differs" in log
+    assert "[agent] command was edited" in log
     done = subprocess.run(
         [PYTHON, "-m", "bot", "agent", "adopt-command", "--config", str(config)],
         env=agent_env(),
@@ -159,3 +160,4 @@ def test_an_edited_command_is_warned_of_and_adopted_by_adopt_command(tmp_path: P
     )
     assert again.returncode == 0, again.stderr
     assert "nothing to adopt" in again.stdout
+    assert not make_control(load_agent_settings(config, {TOKEN_ENV: TOKEN})).command_edit()

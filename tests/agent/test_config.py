@@ -159,17 +159,18 @@ def test_health_timeouts_are_settings_with_defaults_that_fit_a_loaded_server() -
         agent_settings_from_config({"agent": {**base, "health_timeout_s": 0}}, env)
 
 
-def test_command_drift_names_only_the_differing_flags_and_the_fix() -> None:
-    """An edited flag, an added one and a removed one are named with their values; the same
-    command (or none configured) gives no warning."""
-    recorded = ["python3", "-m", "sglang.launch_server", "--tp", "8", "--hicache-ratio", "2"]
-    assert module.command_drift(recorded, recorded) is None
-    assert module.command_drift([], recorded) is None
+def test_command_drift_names_only_the_edited_flags_and_the_fix() -> None:
+    """An edited flag and an added one are named with their values against the command the
+    record was taken from; the same command (or none configured) gives no warning."""
+    before = ["python3", "-m", "sglang.launch_server", "--tp", "8", "--hicache-ratio", "2"]
+    assert module.command_drift(before, before) is None
+    assert module.command_drift([], before) is None
     edited = ["python3", "-m", "sglang.launch_server", "--tp", "8", "--hicache-ratio", "4",
               "--enable-metrics"]  # fmt: skip
-    drift = module.command_drift(edited, recorded)
+    drift = module.command_drift(edited, before)
     assert drift is not None
-    assert "the config has --hicache-ratio 4 --enable-metrics, " in drift
-    assert "command.json has --hicache-ratio 2." in drift
+    assert "the config has --hicache-ratio 4 --enable-metrics where it had --hicache-ratio 2." in (
+        drift
+    )
     assert "--tp" not in drift
     assert "kimi-ops agent adopt-command --config FILE" in drift

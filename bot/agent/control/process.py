@@ -4,7 +4,8 @@ tests and the demo).
 State in ``state_dir``:
 
 - ``command.json`` / ``command.previous.json``: the launch argv (initialised from
-  ``[agent] command``), rewritten atomically;
+  ``[agent] command``), rewritten atomically, beside the ``[agent] command`` it was last taken
+  from (``config``): a config edited since is told apart from the agent's own changes;
 - ``server.json``: the last start: its marker, pid, psutil create time, start time, the log
   file's size before the start, whether the agent asked it to stop, and its exit status once seen.
 
@@ -34,7 +35,13 @@ import psutil
 from bot.agent.control._atomic_file import read_json, write_json
 from bot.agent.control._log_file import FileLogSource
 from bot.agent.control._port import port_conflict, server_tree
-from bot.agent.control.protocol import MARKER_ENV, ServerProcessState, StopHow, StopResult
+from bot.agent.control.protocol import (
+    MARKER_ENV,
+    CommandEdit,
+    ServerProcessState,
+    StopHow,
+    StopResult,
+)
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
@@ -122,13 +129,38 @@ class ProcessControl:
         if stored is None:
             if not self._initial:
                 raise BackendError("no server command: set [agent] command")
-            write_json(self._command_path, {"argv": self._initial}, hook=self._hook)
+            record = {"argv": self._initial, "config": self._initial}
+            write_json(self._command_path, record, hook=self._hook)
             return list(self._initial)
         return _argv_from(stored, self._command_path)
 
+    def _config_baseline(self) -> list[str]:
+        """The ``[agent] command`` the recorded command was taken from (``config`` in
+        command.json; a record older than that field counts as taken from the config now)."""
+        stored = read_json(self._command_path)
+        baseline = stored.get("config") if isinstance(stored, dict) else None
+        if isinstance(baseline, list) and all(isinstance(a, str) for a in baseline):
+            return list(baseline)
+        return list(self._initial)
+
     def write_command(self, argv: Sequence[str]) -> None:
         self.read_command()  # make sure there is a current command to keep as the previous one
-        write_json(self._command_path, {"argv": list(argv)}, self._previous_path, hook=self._hook)
+        record = {"argv": list(argv), "config": self._config_baseline()}
+        write_json(self._command_path, record, self._previous_path, hook=self._hook)
+
+    def command_edit(self) -> CommandEdit | None:
+        if not self._initial:
+            return None
+        self.read_command()
+        baseline = self._config_baseline()
+        if baseline == self._initial:
+            return None
+        return CommandEdit(configured=tuple(self._initial), taken_from=tuple(baseline))
+
+    def adopt_configured(self) -> None:
+        self.read_command()
+        record = {"argv": self._initial, "config": self._initial}
+        write_json(self._command_path, record, self._previous_path, hook=self._hook)
 
     def previous_command(self) -> list[str] | None:
         stored = read_json(self._previous_path)

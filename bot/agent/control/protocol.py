@@ -16,6 +16,7 @@ from bot.vocab import ServerState
 
 __all__ = [
     "MARKER_ENV",
+    "CommandEdit",
     "LogSource",
     "ServerControl",
     "ServerProcessState",
@@ -53,6 +54,15 @@ class ServerProcessState:
     @property
     def running(self) -> bool:
         return self.state.running
+
+
+@dataclass(frozen=True)
+class CommandEdit:
+    """``[agent] command`` edited since the recorded command was taken from it: the config's
+    command now, and the one the recorded command was taken from."""
+
+    configured: tuple[str, ...]
+    taken_from: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,16 @@ class ServerControl(Protocol):
 
     def previous_command(self) -> list[str] | None:
         """The command before the last ``write_command``, or None if there was none."""
+        ...
+
+    def command_edit(self) -> CommandEdit | None:
+        """``[agent] command`` when it was edited since the recorded command was taken from it
+        (the process backend); None when it was not, or the backend does not start from it."""
+        ...
+
+    def adopt_configured(self) -> None:
+        """Make ``[agent] command`` the recorded command (the one before kept as the previous);
+        a BackendError where the command is not the config's (systemd: the unit's)."""
         ...
 
     def start(self, marker: str) -> None:

@@ -38,7 +38,7 @@ from bot.agent.control._unit_file import (
     parse_exec_start,
     quote_argv,
 )
-from bot.agent.control.protocol import ServerProcessState, StopHow, StopResult
+from bot.agent.control.protocol import CommandEdit, ServerProcessState, StopHow, StopResult
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
@@ -201,6 +201,15 @@ class SystemdControl:
                 return False
             self._clock.sleep(_POLL_S)
         return True
+
+    def command_edit(self) -> CommandEdit | None:
+        return None  # the command is the unit's ExecStart, never [agent] command
+
+    def adopt_configured(self) -> None:
+        raise BackendError(
+            f"with the systemd backend the command is {self._unit}'s ExecStart, not "
+            "[agent] command: edit the unit instead"
+        )
 
     def port_conflict(self, host: str, port: int) -> str | None:
         return port_conflict(host, port, server_tree(self.status().main_pid))

@@ -341,25 +341,18 @@ class OperationManager:
         return f"running, not started by this agent: {conflict}; a start here would fail"
 
     def command_drift(self) -> str | None:
-        """The warning when the process backend's recorded command is not ``[agent] command``
-        (the config was edited after the agent recorded a command of its own)."""
-        if self.settings.backend != "process":
-            return None  # systemd's command is the unit's ExecStart, not [agent] command
+        """The warning when ``[agent] command`` was edited after the recorded command was taken
+        from it (``ServerControl.command_edit``)."""
         try:
-            recorded = self.control.read_command()
+            edit = self.control.command_edit()
         except KimiOpsError as exc:
             return f"the server's command cannot be read: {exc}"
-        return command_drift(self.settings.command, recorded)
+        return None if edit is None else command_drift(edit.configured, edit.taken_from)
 
     def adopt_configured_command(self) -> str:
-        """Make ``[agent] command`` the command the next start runs (the recorded one kept as
-        the previous); the sentence that says what was done. Refused while an operation runs,
-        and for a command SGLang would not take."""
-        if self.settings.backend != "process":
-            raise InputError(
-                "adopt-command is for the process backend; with systemd the command is the "
-                f"unit's ExecStart: edit {self.settings.unit} instead"
-            )
+        """Make an edited ``[agent] command`` the command the next start runs (the recorded one
+        kept as the previous); the sentence that says what was done. Refused while an operation
+        runs, for a command SGLang would not take, and by the systemd backend."""
         with self._lock:
             running = self.state.unfinished_operations()
             if running:
@@ -371,13 +364,13 @@ class OperationManager:
                     since=held.created_at,
                 )
             configured = list(self.settings.command)
-            if self.control.read_command() == configured:
-                return "command.json already holds [agent] command: nothing to adopt"
+            if self.control.command_edit() is None:
+                return "[agent] command was not edited since it was recorded: nothing to adopt"
             try:
                 validate_command(configured)
             except CommandLineError as exc:
                 raise InputError(f"[agent] command is not a valid command line: {exc}") from exc
-            self.control.write_command(configured)
+            self.control.adopt_configured()
         return (
             "command.json now holds [agent] command (the one before is kept as the previous "
             "command); the server runs the old one until it is restarted: /kimi restart"

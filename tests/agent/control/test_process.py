@@ -428,3 +428,26 @@ def _environ_has(pid: int, marker: str) -> bool:
         return psutil.Process(pid).environ().get(MARKER_ENV) == marker
     except psutil.Error:
         return False
+
+
+def test_a_command_written_by_the_agent_is_no_edit_but_an_edited_config_is(
+    tmp_path: Path,
+) -> None:
+    """A change the agent writes (a resize's command) leaves command_edit None; a control
+    built from an edited [agent] command on the same record reports the edit against the
+    command the record was taken from; adopting it makes the config's command the recorded one
+    (the agent's kept as the previous) and the edit is gone."""
+    original = [PYTHON, "-c", SERVE, "--hicache-ratio", "2"]
+    first = ProcessControl(tmp_path / "state", original, tmp_path / "log", {}, SystemClock())
+    resized = [*original[:-1], "4"]
+    first.write_command(resized)
+    assert first.command_edit() is None
+    edited = [*original, "--enable-metrics"]
+    again = ProcessControl(tmp_path / "state", edited, tmp_path / "log", {}, SystemClock())
+    edit = again.command_edit()
+    assert edit is not None
+    assert (list(edit.configured), list(edit.taken_from)) == (edited, original)
+    again.adopt_configured()
+    assert again.read_command() == edited
+    assert again.previous_command() == resized
+    assert again.command_edit() is None
