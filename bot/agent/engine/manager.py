@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import asdict
@@ -55,6 +57,9 @@ __all__ = ["OperationManager", "Planner"]
 log = logging.getLogger(__name__)
 
 Planner = Callable[[ChangeRequest], tuple[Plan, str]]
+#: Below this much free space on the state directory's disk, status says it is full: an
+#: operation's records (its events, resume points) are a few KiB each.
+_STATE_ROOM_BYTES = 1024 * 1024
 _MAX_ACTOR = 200
 
 
@@ -116,6 +121,12 @@ class OperationManager:
             running = self.state.unfinished_operations()
             if running:
                 held = running[0]
+                thread = self._threads.get(held.id)
+                if thread is not None and not thread.is_alive():
+                    # Its thread ended without settling it: resume it, as a restarted agent
+                    # would, so no operation stays running with nobody behind it.
+                    log.warning("operation %s had no thread behind it: resuming it", held.id)
+                    self._spawn(held.id)
                 raise OperationConflict(
                     f"operation {held.id} ({held.kind}) by {held.actor} has been running since "
                     f"{held.created_at}; wait for it to finish",
@@ -316,8 +327,34 @@ class OperationManager:
     def problems(self) -> tuple[str, ...]:
         """What the engine finds wrong now, for status (``bot.agent.engine.notices``), and an
         edited ``[agent] command`` not adopted yet."""
-        found = [self.command_drift(), self._server_outside()]
+        found = [self.command_drift(), self._server_outside(), self._disk_full()]
         return self._ctx.notices.lines() + tuple(line for line in found if line is not None)
+
+    def _disk_full(self) -> str | None:
+        """The state directory's disk without room for an operation's records."""
+        try:
+            free = shutil.disk_usage(self.settings.state_dir).free
+        except OSError:
+            return None
+        if free >= _STATE_ROOM_BYTES:
+            return None
+        line = (
+            f"the disk of the agent state {self.settings.state_dir} is full ({free // 1024} KiB "
+            "free): a new operation cannot be recorded and is refused; free space there"
+        )
+        try:
+            same = (
+                os.stat(self.settings.log_file.parent).st_dev
+                == os.stat(self.settings.state_dir).st_dev
+            )
+        except OSError:
+            same = False
+        if same:
+            line += (
+                f". The server's own log {self.settings.log_file} is on it too: set "
+                "[agent] log_file to another disk"
+            )
+        return line
 
     def _server_outside(self) -> str | None:
         """A server the agent did not start: adopted (the recorded command, restarted by hand),

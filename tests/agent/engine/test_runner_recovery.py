@@ -15,8 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
+from bot.agent.engine.crash_points import CrashAt, CrashPoint
 from bot.agent.service import make_probe
 from bot.agent.sglang_client import SGLangClient
+from bot.agent.state.resume_point import Stage
+from bot.errors import OperationConflict
 from tests.agent._ops_fixtures import phases, wait_final
 from tests.agent.conftest import Spawn, wait_until
 from tests.agent.engine._backends import (
@@ -257,3 +260,22 @@ def test_a_failed_rollback_leaves_the_server_stopped_whatever_the_failure(
     assert phases(events).count("rolling_back") == 1
     assert "the server is stopped" in events[-1].message
     assert not rig.control().status().running
+
+
+def test_an_operation_whose_thread_ended_unsettled_is_resumed_by_the_next_request(
+    backend_rig: Rigs,
+) -> None:
+    """The operation's thread ends without settling it (the agent "dies" after the stop is
+    recorded, but the process lives on): the next request is refused as conflicting and resumes
+    the operation, which ends ready (failed before the fix: it stayed running with nobody
+    behind it and every later request got 409 until the agent was restarted)."""
+    rig = backend_rig()
+    rig.start_server()
+    manager = rig.manager(crash_points=CrashAt(CrashPoint.STOPPED_RECORDED, Stage.APPLY))
+    op = manager.submit("resize", actor="ana", ratio=3)
+    assert manager.join(op.id, 60)
+    assert not manager.get(op.id).finished
+    with pytest.raises(OperationConflict):
+        manager.submit("resize", actor="ben", ratio=4)
+    final = wait_final(manager, op.id)
+    assert final.state == "ready", manager.state.events(op.id)[-1].message
