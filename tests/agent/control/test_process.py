@@ -78,7 +78,8 @@ def test_command_starts_from_settings_and_keeps_the_previous(tmp_path: Path) -> 
     assert control.read_command() == [*first, "--hicache-ratio", "4"]
     assert control.previous_command() == first
     stored = json.loads((tmp_path / "state" / "command.json").read_text())
-    assert stored == {"argv": [*first, "--hicache-ratio", "4"]}
+    # Beside the argv, the [agent] command it was taken from: an edit is told from a change.
+    assert stored == {"argv": [*first, "--hicache-ratio", "4"], "config": first}
     assert not [p for p in (tmp_path / "state").iterdir() if p.name.endswith(".tmp")]
 
 
