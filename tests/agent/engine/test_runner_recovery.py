@@ -104,6 +104,34 @@ def test_leftover_gpu_process_blocks_the_start_naming_its_pid(
     assert rig.starts() == 1  # never started again
 
 
+def test_a_resize_that_never_starts_leaves_the_command_at_the_config_that_ran(
+    backend_rig: Rigs, spawn: Spawn
+) -> None:
+    """A resize whose GPUs stay held by a stray after the stop fails without starting, and the
+    command on disk is still the one that last ran, the resize's never written (failed before
+    the fix: the command was written before the stop, so the next restart would have started a
+    configuration that never came up)."""
+    rig = backend_rig(gpu_free_timeout_s=1)
+    rig.start_server()
+    before = rig.control().read_command()
+    stray = spawn(sys.executable, "-m", "bot.sim.stray", "--gpus", "0,1", env=rig.server_env(),
+                  stdout=subprocess.DEVNULL)  # fmt: skip
+    probe = make_probe(rig.settings)
+    wait_until(
+        lambda: any(p.pid == stray.pid for g in probe.gpus().gpus for p in g.processes),
+        timeout_s=30,
+    )
+    manager = rig.manager()
+    op = manager.submit("resize", actor="ana", ratio=3)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert f"PID {stray.pid}" in events[-1].message
+    assert "the server is stopped" in events[-1].message
+    assert rig.control().read_command() == before
+    assert rig.starts() == 1
+
+
 def test_stall_is_reported_and_the_hard_ceiling_ends_it(backend_rig: Rigs) -> None:
     """A server that goes silent while alive (KIMI_SIM_FAIL=stall:load_weights) gets a
     ``stalled`` event and state; the hard ceiling then fails the operation, and a restart does
