@@ -21,6 +21,7 @@ from enum import StrEnum
 __all__ = [
     "FINAL_OPERATION_STATES",
     "FINAL_ROLLOUT_STATES",
+    "HOST_FAILURE_KINDS",
     "LOG_FAILURE_KINDS",
     "EventPhase",
     "FailureKind",
@@ -105,8 +106,8 @@ class ServerState(StrEnum):
 class FailureKind(StrEnum):
     """Why an operation's start failed.
 
-    The first five are read from SGLang's own dying lines (most specific cause first; ``crash``
-    when the log names none); the rest are decided by the agent.
+    The first five and ``port_in_use`` are read from SGLang's own dying lines (most specific
+    cause first; ``crash`` when the log names none); the rest are decided by the agent.
     """
 
     HOST_MEMORY = "host_memory"  # SGLang refused the host pool: not enough host RAM
@@ -114,6 +115,7 @@ class FailureKind(StrEnum):
     GPU_MEMORY = "gpu_memory"  # GPU memory short: weights, KV pool or CUDA graphs
     OOM_KILLED = "oom_killed"  # a rank died of SIGKILL: usually the kernel's OOM killer
     CRASH = "crash"  # an exception or a dead rank with no specific cause in the log
+    PORT_IN_USE = "port_in_use"  # a port the server binds is held by another process
     HOST_POOL_OVER_BUDGET = "host_pool_over_budget"  # the guard: logged host pool over the budget
     HOST_RAM_FLOOR = "host_ram_floor"  # the guard: available RAM fell below the floor
     CONFIG_MISMATCH = "config_mismatch"  # up, but /server_info reports other HiCache settings
@@ -133,7 +135,14 @@ LOG_FAILURE_KINDS: frozenset[FailureKind] = frozenset(
         FailureKind.GPU_MEMORY,
         FailureKind.OOM_KILLED,
         FailureKind.CRASH,
+        FailureKind.PORT_IN_USE,
     }
+)
+
+#: Causes outside the config: any config started on this host now dies of them again, so a
+#: failed start of one of these kinds is never rolled back (the rollback would fail the same).
+HOST_FAILURE_KINDS: frozenset[FailureKind] = frozenset(
+    {FailureKind.PORT_IN_USE, FailureKind.GPU_BUSY}
 )
 
 

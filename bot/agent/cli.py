@@ -18,6 +18,10 @@ A non-loopback ``listen`` without TLS is refused before anything starts: one lin
 ``kimi-ops agent gen-cert --out DIR [--host NAME ...]`` writes a self-signed pair for the agent
 and prints its fingerprint, the line the bot's ``[hosts.NAME] fingerprint`` takes
 (:mod:`bot.agent.certs`).
+
+``kimi-ops agent adopt-command --config FILE`` makes an edited ``[agent] command`` the command the
+process backend starts (its ``command.json``); until then the agent warns at start and in status
+that the two differ (:func:`bot.agent.config.command_drift`).
 """
 
 from __future__ import annotations
@@ -68,6 +72,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a DNS name or IP address the bot reaches the agent by (repeat for each; "
         "localhost and 127.0.0.1 are always included)",
     )
+    adopt = actions.add_parser(
+        "adopt-command",
+        help="make an edited [agent] command the command the server is started with",
+        description="Write [agent] command into the state directory's command.json (the "
+        "recorded command kept as the previous one), so the next start (/kimi restart) runs "
+        "it. Refused while an operation runs. Process backend only.",
+    )
+    adopt.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,  # given before the action, it is not reset here
+        help=f"the kimi-ops TOML file (default: ${CONFIG_ENV})",
+    )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -84,6 +101,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None) == "gen-cert":
         return _gen_cert(Path(args.out), args.host)
+    if getattr(args, "action", None) == "adopt-command":
+        return _adopt_command(args.config)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -100,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         log.info("kimi-ops agent: TLS certificate %s", load_server_certificate(settings))
     # A test hook only (bot.agent.write_hook): unset in production, read once here.
     service = build_service(settings, write_hook=write_hook_from_environ(environ))
+    drift = service.manager.command_drift()
+    if drift is not None:
+        log.warning("kimi-ops agent: %s", drift)
     try:
         # Bind first: a taken port must fail before any operation is resumed.
         sock = _bind(settings.listen_host, settings.listen_port)
@@ -120,6 +142,18 @@ def run(args: argparse.Namespace) -> int:
         (settings.state_dir / ADDR_FILE).unlink(missing_ok=True)
         service.close()
     log.info("kimi-ops agent: stopped")
+    return 0
+
+
+def _adopt_command(config: str | None) -> int:
+    """``adopt-command``: the configured command becomes the recorded one; prints what it did."""
+    environ = dict(os.environ)
+    settings = load_agent_settings(find_config_path(config, environ), environ)
+    service = build_service(settings)
+    try:
+        print(service.manager.adopt_configured_command())
+    finally:
+        service.close()
     return 0
 
 

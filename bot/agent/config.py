@@ -18,8 +18,9 @@ several tokens, named and read-only ones among them (:mod:`bot.agent.tokens`).
 
 from __future__ import annotations
 
+import shlex
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -31,15 +32,23 @@ from bot.errors import ConfigError
 from bot.settings import Section, load_config, secret_from_env
 
 __all__ = [
+    "ADOPT_COMMAND",
     "DEFAULT_GUARD_FLOOR_GB",
+    "DEFAULT_HEALTH_TIMEOUT_S",
     "DEFAULT_SIM_PROFILE",
+    "DEFAULT_STATUS_TIMEOUT_S",
     "AgentSettings",
     "GuardSettings",
     "agent_settings_from_config",
+    "command_drift",
     "load_agent_settings",
 ]
 
 DEFAULT_SIM_PROFILE = "kimi-k25-8gpu"
+#: Above SGLang's own 20 s (``/health`` answers 503 only after its generation timed out).
+DEFAULT_HEALTH_TIMEOUT_S = 30.0
+#: Three reads of the server per status (health, server_info, metrics) stay under 15 s.
+DEFAULT_STATUS_TIMEOUT_S = 4.0
 #: SGLang's own host reserve, 10 GiB, in GB (1e9): the RAM a start must never eat into.
 DEFAULT_GUARD_FLOOR_GB = 10 * 1024**3 / 1e9
 
@@ -65,6 +74,9 @@ _KNOWN_KEYS = (
     "stall_after_s",
     "hard_ceiling_s",
     "poll_interval_s",
+    "health_timeout_s",
+    "health_grace_s",
+    "status_timeout_s",
     "guard",
     "guard_interval_s",
     "guard_floor_gb",
@@ -117,6 +129,14 @@ class AgentSettings:
     stall_after_s: float = 300.0
     hard_ceiling_s: float = 3600.0
     poll_interval_s: float = 1.0
+    #: How long the engine waits for one ``/health`` answer: SGLang answers 503 only after its
+    #: own 20 s health generation timed out, and a loaded server (or a proxy) is slower still.
+    health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S
+    #: How long ``/health`` may keep failing after HTTP came up before a start counts as failed.
+    health_grace_s: float = 300.0
+    #: How long ``/v1/status`` waits for each of the server's endpoints, so status answers in
+    #: bounded time (the bot gives up on it at 15 s) whatever the server does.
+    status_timeout_s: float = DEFAULT_STATUS_TIMEOUT_S
     guard: GuardSettings = field(default_factory=GuardSettings)
     host_name: str = "localhost"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -133,6 +153,49 @@ class AgentSettings:
     def tls(self) -> bool:
         """Whether the agent serves HTTPS (both PEM paths are set)."""
         return self.tls_cert is not None and self.tls_key is not None
+
+
+#: The subcommand that makes an edited ``[agent] command`` the one the server is started with.
+ADOPT_COMMAND = "kimi-ops agent adopt-command --config FILE"
+
+
+def command_drift(configured: Sequence[str], taken_from: Sequence[str]) -> str | None:
+    """The warning when ``[agent] command`` (``configured``) was edited after the recorded
+    command (the process backend's ``command.json``) was taken from it (``taken_from``); None
+    when it was not. The agent's own changes (a resize) never count: only the config's edit.
+    Only the differing flags are named::
+
+        command_drift([..., "--tp", "8"], [..., "--tp", "4"])
+        -> "[agent] command was edited after the agent recorded the server's command from it
+            (command.json): the config has --tp 8 where it had --tp 4. ..."
+    """
+    if not configured or list(configured) == list(taken_from):
+        return None
+    mine, theirs = _flags(configured), _flags(taken_from)
+    only_config = [word for item in mine if item not in theirs for word in item]
+    only_before = [word for item in theirs if item not in mine for word in item]
+    if not only_config and not only_before:  # the same flags in another order
+        only_config, only_before = list(configured), list(taken_from)
+    return (
+        "[agent] command was edited after the agent recorded the server's command from it "
+        f"(command.json): the config has {shlex.join(only_config) or '(nothing more)'} where it "
+        f"had {shlex.join(only_before) or '(nothing more)'}. The edit is not used until it is "
+        f"adopted: `{ADOPT_COMMAND}`, then restart the server"
+    )
+
+
+def _flags(argv: Sequence[str]) -> list[tuple[str, ...]]:
+    """``argv`` as its program part and each flag with its values: ("--tp", "8")."""
+    items: list[tuple[str, ...]] = []
+    current: list[str] = []
+    for word in argv:
+        if word.startswith("--") and current:
+            items.append(tuple(current))
+            current = []
+        current.append(word)
+    if current:
+        items.append(tuple(current))
+    return items
 
 
 def _router_url(value: str | None) -> str | None:
@@ -201,6 +264,9 @@ def agent_settings_from_config(
         stall_after_s=_positive(section, "stall_after_s", 300.0),
         hard_ceiling_s=_positive(section, "hard_ceiling_s", 3600.0),
         poll_interval_s=_positive(section, "poll_interval_s", 1.0),
+        health_timeout_s=_positive(section, "health_timeout_s", DEFAULT_HEALTH_TIMEOUT_S),
+        health_grace_s=_positive(section, "health_grace_s", 300.0),
+        status_timeout_s=_positive(section, "status_timeout_s", DEFAULT_STATUS_TIMEOUT_S),
         guard=GuardSettings(
             enabled=section.flag("guard", True),
             interval_s=_positive(section, "guard_interval_s", 0.5),

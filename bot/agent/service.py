@@ -86,8 +86,10 @@ class AgentService:
         state: AgentState,
         clock: Clock,
         watch: PostReadyWatch,
+        engine_sglang: SGLangClient | None = None,
     ) -> None:
         self.settings = settings
+        self._engine_sglang = engine_sglang
         self.facts = facts
         self.manager = manager
         self.watch = watch
@@ -113,6 +115,7 @@ class AgentService:
             None if current is None else current.to_dict(),
             metrics,
             self.settings.router_url or self.settings.server_url,
+            self.manager.problems(),
             memory_watch=self.watch.status(),
             memory_problem=self.watch.problem(),
         )
@@ -166,6 +169,8 @@ class AgentService:
         self.watch.stop()
         self.manager.close()
         self.sglang.close()
+        if self._engine_sglang is not None and self._engine_sglang is not self.sglang:
+            self._engine_sglang.close()
         self.state.close()
 
 
@@ -191,14 +196,25 @@ def build_service(
     used_control = (
         control if control is not None else make_control(settings, used_clock, write_hook)
     )
-    used_sglang = sglang if sglang is not None else SGLangClient(settings.server_url)
+    # Two clients on their own timeouts: status answers in bounded time, while the engine
+    # waits as long as a loaded server's /health may take (bot.agent.config).
+    used_sglang = (
+        sglang
+        if sglang is not None
+        else SGLangClient(settings.server_url, timeout=settings.status_timeout_s)
+    )
+    engine_sglang = (
+        sglang
+        if sglang is not None
+        else SGLangClient(settings.server_url, timeout=settings.health_timeout_s)
+    )
     used_state = state if state is not None else AgentState(settings.state_dir, write_hook)
     facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)
     manager = OperationManager(
         settings,
         used_control,
         used_probe,
-        used_sglang,
+        engine_sglang,
         used_state,
         used_clock,
         facts.plan,
@@ -225,4 +241,5 @@ def build_service(
         state=used_state,
         clock=used_clock,
         watch=watch,
+        engine_sglang=engine_sglang,
     )

@@ -10,7 +10,12 @@ A rank that fails logs, for example (0.5.23, host pool too large)::
 
 which yields ``FailureKind.HOST_MEMORY`` with the first, third and last lines kept. The generic
 lines (exception, traceback, sigquit) alone give ``FailureKind.CRASH``; a specific message wins
-over ``crash`` whether it arrives before or after them.
+over ``crash`` whether it arrives before or after them. A port held by another process::
+
+    ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000):
+    address already in use   (one line in the log)
+
+yields ``FailureKind.PORT_IN_USE``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,24 @@ _SPECIFIC: tuple[tuple[FailureKind, tuple[str, ...]], ...] = (
             "hierarchical cache. Requesting ",
             # <= 0.5.12 asserts that the host pool is larger than the device pool.
             "The host memory should be larger than the device memory",
+        ),
+    ),
+    (
+        FailureKind.PORT_IN_USE,
+        (
+            # uvicorn, binding the HTTP port (srt/entrypoints/http_server.py runs it):
+            # "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000):
+            # address already in use"; the reuse-port path logs the OSError itself:
+            # "[Errno 98] Address already in use".
+            "[Errno 98]",
+            "ddress already in use",
+            # srt/server_args.py, checking the internal ports (PortArgs) before any rank starts:
+            # "Port is already in use. dist_init_port=... port_base=... ..."
+            "Port is already in use.",
+            # srt/utils/network.py, wait_port_available, once it found the holder:
+            # "ValueError: port_base at 30001 is not available in 30 seconds. port_base is used
+            # by a process already. process.name()='nc' ..."
+            "is used by a process already.",
         ),
     ),
     (
@@ -68,6 +91,9 @@ _PRIORITY = {
     FailureKind.GPU_MEMORY: 3,
     FailureKind.GPU_BUSY: 4,
     FailureKind.HOST_MEMORY: 5,
+    # A taken port ends the start where it is met; the kill of the tree that follows it (a rank
+    # dying of SIGKILL) is its consequence, never its cause.
+    FailureKind.PORT_IN_USE: 6,
 }
 
 # Eight ranks can print the same traceback; a person needs a handful of lines, not hundreds.

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from bot.agent.config import load_agent_settings
+from bot.agent.service import make_control
 from tests.agent._api_helpers import (
     SMALL,
     TOKEN,
@@ -109,3 +110,54 @@ def test_agent_on_a_taken_port_exits_1_naming_it(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_edited_command_is_warned_of_and_adopted_by_adopt_command(tmp_path: Path) -> None:
+    """command.json recorded from a config at --hicache-ratio 2, then the config edited to
+    ratio 3: the agent warns at start and in status naming both flags and the adopt-command
+    subcommand (failed before the fix: the edit was ignored without a word); ``kimi-ops agent
+    adopt-command`` writes the config's command (the recorded one kept as the previous), and a
+    second run has nothing to adopt."""
+    recorded = write_config(tmp_path, profile=SMALL)
+    settings = load_agent_settings(recorded, {TOKEN_ENV: TOKEN})
+    make_control(settings).read_command()  # recorded from the config as it was
+    edited_argv = [*settings.command]
+    edited_argv[edited_argv.index("--hicache-ratio") + 1] = "3"
+    config = write_config(
+        tmp_path, profile=SMALL, command=edited_argv, server_url=settings.server_url
+    )
+    state_dir = _state_dir(config)
+    with run_agent(tmp_path, ["--config", str(config)], agent_env(), state_dir) as agent:
+        problems = httpx.get(f"{agent.url}/v1/status", headers=auth(), timeout=10).json()[
+            "problems"
+        ]
+        assert agent.stop(signal.SIGTERM) == 0
+        log = agent.stderr()
+    (drift,) = [p for p in problems if "[agent] command was edited" in p]
+    assert "the config has --hicache-ratio 3 where it had --hicache-ratio 2" in drift
+    assert "kimi-ops agent adopt-command --config FILE" in drift
+    assert "[agent] command was edited" in log
+    done = subprocess.run(
+        [PYTHON, "-m", "bot", "agent", "adopt-command", "--config", str(config)],
+        env=agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "command.json now holds [agent] command" in done.stdout
+    control = make_control(load_agent_settings(config, {TOKEN_ENV: TOKEN}))
+    assert control.read_command() == edited_argv
+    assert control.previous_command() == list(settings.command)
+    again = subprocess.run(
+        [PYTHON, "-m", "bot", "agent", "--config", str(config), "adopt-command"],
+        env=agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "nothing to adopt" in again.stdout
+    assert not make_control(load_agent_settings(config, {TOKEN_ENV: TOKEN})).command_edit()

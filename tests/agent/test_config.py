@@ -137,3 +137,40 @@ def test_router_url_defaults_to_none_and_a_bad_one_is_refused_by_name() -> None:
     assert read.router_url == "http://10.0.0.11:30000"
     with pytest.raises(ConfigError, match=r"\[agent\] router_url '10.0.0.11:30000' is not an"):
         _settings({"command": ["srv"], "router_url": "10.0.0.11:30000"})
+
+
+def test_health_timeouts_are_settings_with_defaults_that_fit_a_loaded_server() -> None:
+    """health_timeout_s defaults above SGLang's own 20 s, status_timeout_s keeps status's
+    three reads under the bot's 15 s, health_grace_s defaults to 300 s; each can be set, and a
+    non-positive value is refused naming the key (failed before the fix: no such settings, a
+    7 s /health was "no answer" at the client's fixed 5 s)."""
+    base = {"command": ["python3", "-m", "sglang.launch_server"]}
+    env = {"KIMI_AGENT_TOKEN": "t"}
+    defaults = agent_settings_from_config({"agent": base}, env)
+    assert defaults.health_timeout_s > 20
+    assert 3 * defaults.status_timeout_s < 15
+    assert defaults.health_grace_s == 300
+    given = agent_settings_from_config(
+        {"agent": {**base, "health_timeout_s": 45, "health_grace_s": 60, "status_timeout_s": 2}},
+        env,
+    )
+    assert (given.health_timeout_s, given.health_grace_s, given.status_timeout_s) == (45, 60, 2)
+    with pytest.raises(ConfigError, match="health_timeout_s must be a positive"):
+        agent_settings_from_config({"agent": {**base, "health_timeout_s": 0}}, env)
+
+
+def test_command_drift_names_only_the_edited_flags_and_the_fix() -> None:
+    """An edited flag and an added one are named with their values against the command the
+    record was taken from; the same command (or none configured) gives no warning."""
+    before = ["python3", "-m", "sglang.launch_server", "--tp", "8", "--hicache-ratio", "2"]
+    assert module.command_drift(before, before) is None
+    assert module.command_drift([], before) is None
+    edited = ["python3", "-m", "sglang.launch_server", "--tp", "8", "--hicache-ratio", "4",
+              "--enable-metrics"]  # fmt: skip
+    drift = module.command_drift(edited, before)
+    assert drift is not None
+    assert "the config has --hicache-ratio 4 --enable-metrics where it had --hicache-ratio 2." in (
+        drift
+    )
+    assert "--tp" not in drift
+    assert "kimi-ops agent adopt-command --config FILE" in drift

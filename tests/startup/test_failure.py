@@ -136,3 +136,46 @@ def test_failure_kinds_are_the_shared_vocabulary_and_only_the_logs_kinds() -> No
     }
     assert kinds
     assert kinds <= vocab.LOG_FAILURE_KINDS
+
+
+UVICORN_BIND = (
+    "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+    "address already in use\n"
+)
+PORT_ARGS = (
+    "[2026-03-02 10:45:43] Port is already in use. dist_init_port=30005 port_base=30001 "
+    "detokenizer_port=30002 nccl_port=30003 scheduler_input_port=30004\n"
+    "Traceback (most recent call last):\n"
+    '  File ".../sglang/srt/server_args.py", line 872, in init_new\n'
+    "ValueError: port_base at 30001 is not available in 30 seconds. port_base is used by a "
+    "process already.\n"
+)
+
+
+def test_a_taken_http_port_is_port_in_use_with_its_line() -> None:
+    """uvicorn's bind error gives port_in_use and keeps its line, even when the kill of the
+    tree that follows logs a rank dead of SIGKILL (failed before the fix: no decisive line, the
+    start was reported an unknown death in host_pool)."""
+    died = (
+        "[2026-03-02 10:45:44] Rank 0 scheduler died during initialization (exit code: -9). "
+        "If exit code is -9 (SIGKILL), a common cause is the OS Out Of Memory (OOM) killer.\n"
+    )
+    found = _failure(HOST_LINE + UVICORN_BIND + died)
+    assert found is not None
+    kind, lines = found
+    assert kind is FailureKind.PORT_IN_USE
+    assert UVICORN_BIND.strip() in lines
+
+
+def test_sglangs_own_port_check_is_port_in_use_with_the_exception_line() -> None:
+    """SGLang's check of its internal ports ("Port is already in use.", then the ValueError
+    naming the port) gives port_in_use with both lines (failed before the fix: a crash)."""
+    found = _failure(PORT_ARGS)
+    assert found is not None
+    kind, lines = found
+    assert kind is FailureKind.PORT_IN_USE
+    assert any("Port is already in use." in line for line in lines)
+    assert any(line.startswith("ValueError: port_base at 30001") for line in lines)
+
+
+HOST_LINE = "[2026-03-02 10:45:40 TP0] Allocating 44.77 GB host memory for hierarchical KV cache.\n"

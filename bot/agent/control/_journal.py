@@ -35,6 +35,14 @@ class JournalLogSource:
             with self._lock:
                 self._chunks.append(chunk)
 
+    def problem(self) -> str | None:
+        """The journal is read by unit, not by file: rotation never hides it. Only
+        ``journalctl`` itself ending stops the output."""
+        code = self._process.poll()
+        if code is None:
+            return None
+        return f"journalctl exited (status {code}); following the server's endpoints"
+
     def read_new(self) -> str:
         with self._lock:
             data, self._chunks = b"".join(self._chunks), []

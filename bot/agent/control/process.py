@@ -4,7 +4,8 @@ tests and the demo).
 State in ``state_dir``:
 
 - ``command.json`` / ``command.previous.json``: the launch argv (initialised from
-  ``[agent] command``), rewritten atomically;
+  ``[agent] command``), rewritten atomically, beside the ``[agent] command`` it was last taken
+  from (``config``): a config edited since is told apart from the agent's own changes;
 - ``server.json``: the last start: its marker, pid, psutil create time, start time, the log
   file's size before the start, whether the agent asked it to stop, and its exit status once seen.
 
@@ -19,8 +20,8 @@ GPUs its own new server holds. A restarted agent finds a recorded server by pid 
 
 from __future__ import annotations
 
-import codecs
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -32,7 +33,15 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from bot.agent.control._atomic_file import read_json, write_json
-from bot.agent.control.protocol import MARKER_ENV, ServerProcessState, StopHow, StopResult
+from bot.agent.control._log_file import FileLogSource
+from bot.agent.control._port import port_conflict, server_tree
+from bot.agent.control.protocol import (
+    MARKER_ENV,
+    CommandEdit,
+    ServerProcessState,
+    StopHow,
+    StopResult,
+)
 from bot.agent.host.probe import ServerCgroup
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
@@ -44,6 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE_DIR_ENV", "FileLogSource", "ProcessControl"]
 
+log = logging.getLogger(__name__)
+
 # After SIGKILL the kernel still has to tear the process down (and unpin its memory).
 _KILL_WAIT_S = 30.0
 _POLL_S = 0.05
@@ -51,39 +62,6 @@ _POLL_S = 0.05
 STATE_DIR_ENV = "KIMI_OPS_STATE_DIR"
 # The facts service reads this much of a run's start (its LOG_RUN_BYTES): beyond, the key holds.
 _RUN_KEY_BYTES = 8 * 1024 * 1024
-
-
-class FileLogSource:
-    """Reads what is appended to a log file from a byte offset, never blocking.
-
-    The file is opened for each read (nothing is held open between polls); a file that shrank
-    (rotated or truncated) is read again from its beginning.
-    """
-
-    def __init__(self, path: Path, offset: int) -> None:
-        self._path = path
-        self._offset = offset
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._closed = False
-
-    def read_new(self) -> str:
-        if self._closed:
-            return ""
-        try:
-            with self._path.open("rb") as handle:
-                if os.fstat(handle.fileno()).st_size < self._offset:
-                    self._offset = 0
-                handle.seek(self._offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return ""
-        except OSError as exc:
-            raise BackendError(f"cannot read the server log {self._path}: {exc}") from exc
-        self._offset += len(data)
-        return self._decoder.decode(data)
-
-    def close(self) -> None:
-        self._closed = True
 
 
 @dataclass
@@ -97,6 +75,7 @@ class _Run:
     stop_requested: bool = False
     exit_status: int | None = None
     marker: str | None = None  # absent from records written before markers existed
+    adopted: bool = False  # found running the command, started outside the agent
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -151,13 +130,38 @@ class ProcessControl:
         if stored is None:
             if not self._initial:
                 raise BackendError("no server command: set [agent] command")
-            write_json(self._command_path, {"argv": self._initial}, hook=self._hook)
+            record = {"argv": self._initial, "config": self._initial}
+            write_json(self._command_path, record, hook=self._hook)
             return list(self._initial)
         return _argv_from(stored, self._command_path)
 
+    def _config_baseline(self) -> list[str]:
+        """The ``[agent] command`` the recorded command was taken from (``config`` in
+        command.json; a record older than that field counts as taken from the config now)."""
+        stored = read_json(self._command_path)
+        baseline = stored.get("config") if isinstance(stored, dict) else None
+        if isinstance(baseline, list) and all(isinstance(a, str) for a in baseline):
+            return list(baseline)
+        return list(self._initial)
+
     def write_command(self, argv: Sequence[str]) -> None:
         self.read_command()  # make sure there is a current command to keep as the previous one
-        write_json(self._command_path, {"argv": list(argv)}, self._previous_path, hook=self._hook)
+        record = {"argv": list(argv), "config": self._config_baseline()}
+        write_json(self._command_path, record, self._previous_path, hook=self._hook)
+
+    def command_edit(self) -> CommandEdit | None:
+        if not self._initial:
+            return None
+        self.read_command()
+        baseline = self._config_baseline()
+        if baseline == self._initial:
+            return None
+        return CommandEdit(configured=tuple(self._initial), taken_from=tuple(baseline))
+
+    def adopt_configured(self) -> None:
+        self.read_command()
+        record = {"argv": self._initial, "config": self._initial}
+        write_json(self._command_path, record, self._previous_path, hook=self._hook)
 
     def previous_command(self) -> list[str] | None:
         stored = read_json(self._previous_path)
@@ -185,6 +189,14 @@ class ProcessControl:
     def _save_run(self, run: _Run) -> None:
         write_json(self._run_path, run.to_json(), hook=self._hook)
 
+    def _save_run_if_room(self, run: _Run) -> None:
+        """Record what is already true of the process (its exit, a stop asked): a full disk
+        must not keep the agent from stopping the server, only from recording that it did."""
+        try:
+            self._save_run(run)
+        except BackendError:
+            log.warning("could not record the server's state in %s", self._run_path, exc_info=True)
+
     def _alive(self, run: _Run) -> bool:
         """Whether the recorded process is still running; records its exit status if seen."""
         if run.pid is None:
@@ -195,7 +207,7 @@ class ProcessControl:
                 return True
             if run.exit_status is None:
                 run.exit_status = code
-                self._save_run(run)
+                self._save_run_if_room(run)  # our child's status is known without it
             return False
         try:
             process = psutil.Process(run.pid)
@@ -206,10 +218,16 @@ class ProcessControl:
 
     def status(self) -> ServerProcessState:
         run = self._load_run()
+        if run is None or (run.pid is not None and not self._alive(run)):
+            outside = self._adopt_outside(run)
+            if outside is not None:
+                run = outside
         if run is None or run.pid is None:
             return ServerProcessState(ServerState.STOPPED)
         if self._alive(run):
-            return ServerProcessState(ServerState.RUNNING, run.pid, None, run.started_at)
+            return ServerProcessState(
+                ServerState.RUNNING, run.pid, None, run.started_at, adopted=run.adopted
+            )
         # Exit 0, or a stop we asked for, is a normal end; anything else is a failure.
         # A re-attached server that vanished has no known exit status: that is a failure too.
         clean = run.stop_requested or run.exit_status == 0
@@ -225,6 +243,28 @@ class ProcessControl:
         agent's own cgroup."""
         state = self.status()
         return ServerCgroup(pid=state.main_pid if state.running else None)
+
+    def _adopt_outside(self, last: _Run | None) -> _Run | None:
+        """The server restarted by hand: a live process running the recorded command that
+        this agent did not start, recorded as the server (stopped and started as its own from
+        now on). None when there is none. A start being spawned (no pid yet) is never taken
+        for one: its child is found by its marker."""
+        try:
+            argv = self.read_command()
+        except BackendError:
+            return None
+        found = _find_by_command(argv, str(self._state_dir))
+        if found is None:
+            return None
+        pid, create_time = found
+        try:
+            offset = self._log_file.stat().st_size
+        except OSError:
+            offset = last.log_offset if last is not None else 0
+        run = _Run(pid, create_time, create_time, offset, adopted=True)
+        log.warning("found the server running outside the agent (pid %s): adopted", pid)
+        self._save_run_if_room(run)
+        return run
 
     def started(self, marker: str) -> bool:
         run = self._load_run()
@@ -278,7 +318,7 @@ class ProcessControl:
         if run is None or run.pid is None or not self._alive(run):
             return StopResult("not_running", 0.0, run.exit_status if run else None)
         run.stop_requested = True
-        self._save_run(run)
+        self._save_run_if_room(run)  # a stop, above all the guard's kill, never waits on a disk
         how: StopHow = "killed"
         if grace_s is not None:
             self._signal(run.pid, signal.SIGTERM)
@@ -324,6 +364,9 @@ class ProcessControl:
             except ProcessLookupError:
                 os.kill(pid, sig)
         # PermissionError propagates as it should: the agent must own the server.
+
+    def port_conflict(self, host: str, port: int) -> str | None:
+        return port_conflict(host, port, server_tree(self.status().main_pid))
 
     def open_log(self, since: float | None = None) -> FileLogSource:
         run = self._load_run()
@@ -381,3 +424,40 @@ def _find_by_marker(marker: str, state_dir: str) -> tuple[int, float] | None:
             continue  # gone, or another user's: not ours
         return process.pid, float(process.info["create_time"])
     return None
+
+
+def _same_command(cmdline: list[str], argv: list[str]) -> bool:
+    """Whether a process's command line is ``argv``: the same arguments, and the same program
+    (the same file, or the same name when either cannot be resolved)."""
+    if len(cmdline) != len(argv) or cmdline[1:] != argv[1:]:
+        return False
+    if cmdline[0] == argv[0]:
+        return True
+    return os.path.basename(cmdline[0]) == os.path.basename(argv[0])
+
+
+def _find_by_command(argv: list[str], state_dir: str) -> tuple[int, float] | None:
+    """(pid, create time) of the oldest live process running ``argv`` that no agent of another
+    state directory started, at the top of its tree (a forked child runs the same command line;
+    its parent is the server)."""
+    found: list[tuple[float, int]] = []
+    for process in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        try:
+            cmdline = process.info["cmdline"] or []
+            if not cmdline or not _same_command(list(cmdline), argv):
+                continue
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            owner = process.environ().get(STATE_DIR_ENV)
+            if owner is not None and owner != state_dir:
+                continue  # another agent's server
+            parent = process.parent()
+            if parent is not None and _same_command(parent.cmdline(), argv):
+                continue
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+        found.append((float(process.info["create_time"]), process.pid))
+    if not found:
+        return None
+    create_time, pid = min(found)
+    return pid, create_time

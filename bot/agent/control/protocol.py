@@ -17,6 +17,7 @@ from bot.vocab import ServerState
 
 __all__ = [
     "MARKER_ENV",
+    "CommandEdit",
     "LogSource",
     "ServerControl",
     "ServerProcessState",
@@ -41,16 +42,28 @@ class ServerProcessState:
     ``exit_status`` is the last exit code when known; a signal is negative (-9 for SIGKILL) for
     the process backend's own child, and 137-style codes come through as the manager reports them.
     ``started_at`` is the Unix time the current or last process started.
+    ``adopted``: the running server was started outside the agent (restarted by hand with the
+    recorded command) and found by its command line; the agent treats it as its own.
     """
 
     state: ServerState
     main_pid: int | None = None
     exit_status: int | None = None
     started_at: float | None = None
+    adopted: bool = False
 
     @property
     def running(self) -> bool:
         return self.state.running
+
+
+@dataclass(frozen=True)
+class CommandEdit:
+    """``[agent] command`` edited since the recorded command was taken from it: the config's
+    command now, and the one the recorded command was taken from."""
+
+    configured: tuple[str, ...]
+    taken_from: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,11 @@ class LogSource(Protocol):
 
     def read_new(self) -> str:
         """Text written since the last call ("" if none); may end mid-line."""
+        ...
+
+    def problem(self) -> str | None:
+        """Why the output cannot be followed now (the log file moved or deleted), or None:
+        the start is then followed from the server's endpoints alone."""
         ...
 
     def close(self) -> None:
@@ -91,6 +109,16 @@ class ServerControl(Protocol):
 
     def previous_command(self) -> list[str] | None:
         """The command before the last ``write_command``, or None if there was none."""
+        ...
+
+    def command_edit(self) -> CommandEdit | None:
+        """``[agent] command`` when it was edited since the recorded command was taken from it
+        (the process backend); None when it was not, or the backend does not start from it."""
+        ...
+
+    def adopt_configured(self) -> None:
+        """Make ``[agent] command`` the recorded command (the one before kept as the previous);
+        a BackendError where the command is not the config's (systemd: the unit's)."""
         ...
 
     def start(self, marker: str) -> None:
@@ -124,6 +152,11 @@ class ServerControl(Protocol):
     def cgroup(self) -> ServerCgroup:
         """Where the server's memory is charged: the running process, or the cgroup it will
         start in (a stopped unit's, or the agent's own for a server the agent spawns)."""
+        ...
+
+    def port_conflict(self, host: str, port: int) -> str | None:
+        """Why a server started now could not bind ``host:port``, naming the process that holds
+        it; None when the port is free or held by the running server (the stop frees it)."""
         ...
 
     def open_log(self, since: float | None = None) -> LogSource:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from bot.agent.control._atomic_file import read_json, write_atomic, write_json
 from bot.agent.control._journal import JournalLogSource, journal_head
+from bot.agent.control._port import port_conflict, server_tree
 from bot.agent.control._systemctl_show import (
     CGROUP_PROPERTIES,
     SHOW_PROPERTIES,
@@ -39,7 +40,7 @@ from bot.agent.control._unit_file import (
     parse_exec_start,
     quote_argv,
 )
-from bot.agent.control.protocol import ServerProcessState, StopHow, StopResult
+from bot.agent.control.protocol import CommandEdit, ServerProcessState, StopHow, StopResult
 from bot.agent.host.probe import ServerCgroup
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
@@ -206,6 +207,18 @@ class SystemdControl:
                 return False
             self._clock.sleep(_POLL_S)
         return True
+
+    def command_edit(self) -> CommandEdit | None:
+        return None  # the command is the unit's ExecStart, never [agent] command
+
+    def adopt_configured(self) -> None:
+        raise BackendError(
+            f"with the systemd backend the command is {self._unit}'s ExecStart, not "
+            "[agent] command: edit the unit instead"
+        )
+
+    def port_conflict(self, host: str, port: int) -> str | None:
+        return port_conflict(host, port, server_tree(self.status().main_pid))
 
     def open_log(self, since: float | None = None) -> JournalLogSource:
         """The journal of the unit's current run when ``since`` is given (its start time), else

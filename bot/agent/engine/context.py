@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from bot.agent.config import AgentSettings
 from bot.agent.control.protocol import ServerControl
 from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
+from bot.agent.engine.notices import Notices
 from bot.agent.host.probe import HostProbe
 from bot.agent.state.agent_state import AgentState
 from bot.clock import Clock
@@ -46,6 +47,7 @@ class RunnerContext:
     health_grace_s: float
     crash_points: CrashPoints = NO_CRASHES
     stop: threading.Event = field(default_factory=threading.Event)
+    notices: Notices = field(default_factory=Notices)
 
 
 @dataclass(frozen=True)

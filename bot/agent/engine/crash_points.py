@@ -37,10 +37,10 @@ class CrashPoint(StrEnum):
     """Where an agent can be killed; in the order an operation passes them."""
 
     PLANNED = "planned"  # the operation, its revision and resume point are recorded
-    COMMAND_WRITTEN = "command_written"  # the new command line is written, not yet stopping
     STOP_SENT = "stop_sent"  # the server is stopped; the next step is not recorded yet
     STOPPED_RECORDED = "stopped_recorded"  # "waiting for the GPUs" is the resume point
-    GPUS_FREE = "gpus_free"  # the GPUs are free; the start is not recorded yet
+    GPUS_FREE = "gpus_free"  # the GPUs are free; the command line is not written yet
+    COMMAND_WRITTEN = "command_written"  # the new command line is written; start not recorded
     START_RECORDED = "start_recorded"  # the start is recorded (its number), not yet spawned
     SPAWNED = "spawned"  # the server is spawned; its pid is not recorded yet
     FOLLOWING_RECORDED = "following_recorded"  # its pid and start time are the resume point
@@ -53,10 +53,10 @@ class CrashPoint(StrEnum):
 
 # One start, in either stage, from the command line written to the final event.
 _START_POINTS = (
-    CrashPoint.COMMAND_WRITTEN,
     CrashPoint.STOP_SENT,
     CrashPoint.STOPPED_RECORDED,
     CrashPoint.GPUS_FREE,
+    CrashPoint.COMMAND_WRITTEN,
     CrashPoint.START_RECORDED,
     CrashPoint.SPAWNED,
     CrashPoint.FOLLOWING_RECORDED,

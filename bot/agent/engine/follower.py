@@ -1,7 +1,8 @@
 """Following one start to its end: ready (health 200 and the applied setting served) or failed.
 
 The loop reads the server's log as it grows, turns it into events, watches the process, polls
-``/health`` once HTTP is up, and reports a stall (no progress from the log while the process
+``/health`` from the start (independent of the log, which can be moved away: readiness is the
+server's own answer), and reports a stall (no progress from the log while the process
 lives) without giving up; only the process dying, health failing for the grace time after HTTP
 came up, the served setting differing from the applied one, or the hard ceiling end it.
 """
@@ -15,12 +16,13 @@ from bot.agent.cmdline import HiCacheSetting
 from bot.agent.control.protocol import LogSource
 from bot.agent.engine.context import Abandoned, Emit, RunnerContext, StartOutcome
 from bot.agent.engine.guard import GuardTrip, StartGuard
+from bot.agent.engine.notices import NoticeKey
 from bot.agent.engine.progress import ProgressModel
 from bot.agent.engine.served_setting import reported_mismatch
 from bot.agent.engine.watcher import Draft, StartWatcher
 from bot.vocab import EventPhase, FailureKind, OperationState
 
-__all__ = ["DRAIN_S", "FOLLOW_S", "StartFollower"]
+__all__ = ["DRAIN_S", "FOLLOW_S", "LAG_S", "StartFollower"]
 
 # How often the log is read while following: often enough that "ready" is seen promptly, rarely
 # enough that following a busy log costs little (the parser skips batch lines in bulk).
@@ -28,6 +30,8 @@ FOLLOW_S = 0.1
 # After the process died, or once /health answers 200, how long to keep reading for the lines
 # the server already wrote (journald lags a little).
 DRAIN_S = 0.5
+# /health answered 200 before the log showed HTTP up: how long the log may lag behind it.
+LAG_S = 5.0
 
 
 class StartFollower:
@@ -54,6 +58,7 @@ class StartFollower:
         self.t0 = t0
         self._active_state = active_state
         self._stalled = False
+        self._problem: str | None = None
 
     def _draft(self, draft: Draft) -> None:
         if draft.from_log:
@@ -76,8 +81,29 @@ class StartFollower:
             state, self._stalled = self._active_state(), False
         self.emit(phase, message, data, step=step, progress=progress, state=state)
 
+    def _log_problem(self, problem: str | None) -> None:
+        """A log that cannot be followed by its name is shown in status while it lasts and
+        told once in the operation's events; the start goes on, followed from the endpoints."""
+        if problem == self._problem:
+            return
+        self._problem = problem
+        self.ctx.notices.set(NoticeKey.LOG, problem)
+        if problem is not None:
+            self.emit(
+                self.watcher.figures.phase,
+                problem,
+                {"log_problem": problem},
+                step="log:problem",
+            )
+
     def run(self, source: LogSource) -> StartOutcome:
         """Follow until the start ends; raises Abandoned when the agent shuts down."""
+        try:
+            return self._follow(source)
+        finally:
+            self._log_problem(None)
+
+    def _follow(self, source: LogSource) -> StartOutcome:
         ctx, watcher = self.ctx, self.watcher
         settings, clock = ctx.settings, ctx.clock
         poll = settings.poll_interval_s
@@ -93,6 +119,7 @@ class StartFollower:
                 self._draft(draft)
                 if draft.from_log:
                     last_move = now
+            self._log_problem(source.problem())
             if self.guard is not None:
                 trip = self.guard.check(watcher.figures, now)
                 if trip is not None:
@@ -106,7 +133,9 @@ class StartFollower:
             if figures.log_ready and not saw_ready_line:
                 saw_ready_line = True
                 next_health = now  # the server says it is ready: check at once, not next poll
-            if (figures.http_up or figures.log_ready) and now >= next_health:
+            # /health from the start, not only once the log shows HTTP up: a log moved away
+            # (or a journal that lags) must not keep a ready server from being seen as such.
+            if now >= next_health:
                 next_health = now + poll
                 code = ctx.sglang.health()
                 if code == 200:
@@ -128,7 +157,7 @@ class StartFollower:
                         if mismatch is None:
                             return self._ready(info)
                         return self._failed(FailureKind.CONFIG_MISMATCH, mismatch, [])
-                else:
+                elif figures.http_up or figures.log_ready:  # no answer before HTTP: starting
                     bad_since = now if bad_since is None else bad_since
                     if now - bad_since > ctx.health_grace_s:
                         return self._failed(
@@ -164,13 +193,18 @@ class StartFollower:
     def _catch_up(self, source: LogSource) -> None:
         """/health answers 200 only after the server logged its warmup and (just after) its
         ready line, but a journal can deliver them later than HTTP answers: read on until the
-        ready line, at most DRAIN_S, so no phase is missing or reported after "verifying"."""
-        self._drain(source, until=lambda: self.watcher.figures.log_ready)
+        ready line, so no phase is missing or reported after "verifying". At most DRAIN_S once
+        the log showed HTTP up; LAG_S when it did not yet (a lagging journal), none when the
+        log cannot be followed (moved away: the endpoints are all there is)."""
+        if source.problem() is not None:
+            return
+        wait_s = DRAIN_S if self.watcher.figures.http_up else LAG_S
+        self._drain(source, until=lambda: self.watcher.figures.log_ready, wait_s=wait_s)
 
-    def _drain(self, source: LogSource, until: Callable[[], bool]) -> None:
-        """Read what the log still delivers for at most DRAIN_S, or until ``until()`` holds."""
+    def _drain(self, source: LogSource, until: Callable[[], bool], wait_s: float = DRAIN_S) -> None:
+        """Read what the log still delivers for at most ``wait_s``, or until ``until()``."""
         clock, watcher = self.ctx.clock, self.watcher
-        deadline = clock.monotonic() + DRAIN_S
+        deadline = clock.monotonic() + wait_s
         while not until() and clock.monotonic() < deadline:
             text = source.read_new()
             for draft in watcher.feed(text, clock.monotonic()):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import asdict
@@ -28,7 +30,7 @@ from bot.agent.cmdline import (
     rewrite_hicache,
     validate_command,
 )
-from bot.agent.config import AgentSettings
+from bot.agent.config import AgentSettings, command_drift
 from bot.agent.control.protocol import ServerControl
 from bot.agent.engine.context import RunnerContext, SGLangLike
 from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
@@ -41,6 +43,7 @@ from bot.clock import Clock
 from bot.errors import (
     CommandLineError,
     InputError,
+    KimiOpsError,
     NotFound,
     OperationConflict,
     PlanRefused,
@@ -54,6 +57,9 @@ __all__ = ["OperationManager", "Planner"]
 log = logging.getLogger(__name__)
 
 Planner = Callable[[ChangeRequest], tuple[Plan, str]]
+#: Below this much free space on the state directory's disk, status says it is full: an
+#: operation's records (its events, resume points) are a few KiB each.
+_STATE_ROOM_BYTES = 1024 * 1024
 _MAX_ACTOR = 200
 
 
@@ -61,7 +67,7 @@ class OperationManager:
     """Runs the server's operations; one per server at a time (see the module docstring).
 
     ``health_grace_s``: how long ``/health`` may keep failing after HTTP came up before the start
-    counts as failed (default: ``settings.stall_after_s``). ``crash_points``: the hook a crash
+    counts as failed (default: ``settings.health_grace_s``). ``crash_points``: the hook a crash
     test passes (see ``bot.agent.engine.crash_points``); none in production.
     """
 
@@ -90,7 +96,7 @@ class OperationManager:
             sglang=sglang,
             state=state,
             clock=clock,
-            health_grace_s=settings.stall_after_s if health_grace_s is None else health_grace_s,
+            health_grace_s=settings.health_grace_s if health_grace_s is None else health_grace_s,
             crash_points=crash_points,
         )
         self._lock = threading.Lock()
@@ -115,6 +121,12 @@ class OperationManager:
             running = self.state.unfinished_operations()
             if running:
                 held = running[0]
+                thread = self._threads.get(held.id)
+                if thread is not None and not thread.is_alive():
+                    # Its thread ended without settling it: resume it, as a restarted agent
+                    # would, so no operation stays running with nobody behind it.
+                    log.warning("operation %s had no thread behind it: resuming it", held.id)
+                    self._spawn(held.id)
                 raise OperationConflict(
                     f"operation {held.id} ({held.kind}) by {held.actor} has been running since "
                     f"{held.created_at}; wait for it to finish",
@@ -311,6 +323,95 @@ class OperationManager:
                 return view, events
             # Bounded wake-ups: an event written by another agent process wakes nobody here.
             self.state.wait_changed(min(remaining, 0.5))
+
+    def problems(self) -> tuple[str, ...]:
+        """What the engine finds wrong now, for status (``bot.agent.engine.notices``), and an
+        edited ``[agent] command`` not adopted yet."""
+        found = [self.command_drift(), self._server_outside(), self._disk_full()]
+        return self._ctx.notices.lines() + tuple(line for line in found if line is not None)
+
+    def _disk_full(self) -> str | None:
+        """The state directory's disk without room for an operation's records."""
+        try:
+            free = shutil.disk_usage(self.settings.state_dir).free
+        except OSError:
+            return None
+        if free >= _STATE_ROOM_BYTES:
+            return None
+        line = (
+            f"the disk of the agent state {self.settings.state_dir} is full ({free // 1024} KiB "
+            "free): a new operation cannot be recorded and is refused; free space there"
+        )
+        try:
+            same = (
+                os.stat(self.settings.log_file.parent).st_dev
+                == os.stat(self.settings.state_dir).st_dev
+            )
+        except OSError:
+            same = False
+        if same:
+            line += (
+                f". The server's own log {self.settings.log_file} is on it too: set "
+                "[agent] log_file to another disk"
+            )
+        return line
+
+    def _server_outside(self) -> str | None:
+        """A server the agent did not start: adopted (the recorded command, restarted by hand),
+        or another program on the server's port while the agent's server is not running."""
+        try:
+            status = self.control.status()
+            if status.adopted:
+                return (
+                    f"the server (pid {status.main_pid}) was started outside the agent with the "
+                    "recorded command; the agent adopted it: its RAM counts as the server's and "
+                    "the next change stops it"
+                )
+            if status.running:
+                return None
+            topology = read_topology(self.control.read_command())
+            conflict = self.control.port_conflict(topology.host, topology.port)
+        except KimiOpsError:
+            return None  # the facts' own problems say what cannot be read
+        if conflict is None:
+            return None
+        return f"running, not started by this agent: {conflict}; a start here would fail"
+
+    def command_drift(self) -> str | None:
+        """The warning when ``[agent] command`` was edited after the recorded command was taken
+        from it (``ServerControl.command_edit``)."""
+        try:
+            edit = self.control.command_edit()
+        except KimiOpsError as exc:
+            return f"the server's command cannot be read: {exc}"
+        return None if edit is None else command_drift(edit.configured, edit.taken_from)
+
+    def adopt_configured_command(self) -> str:
+        """Make an edited ``[agent] command`` the command the next start runs (the recorded one
+        kept as the previous); the sentence that says what was done. Refused while an operation
+        runs, for a command SGLang would not take, and by the systemd backend."""
+        with self._lock:
+            running = self.state.unfinished_operations()
+            if running:
+                held = running[0]
+                raise OperationConflict(
+                    f"operation {held.id} ({held.kind}) is running; adopt the command once it "
+                    "has finished",
+                    holder=held.actor,
+                    since=held.created_at,
+                )
+            configured = list(self.settings.command)
+            if self.control.command_edit() is None:
+                return "[agent] command was not edited since it was recorded: nothing to adopt"
+            try:
+                validate_command(configured)
+            except CommandLineError as exc:
+                raise InputError(f"[agent] command is not a valid command line: {exc}") from exc
+            self.control.adopt_configured()
+        return (
+            "command.json now holds [agent] command (the one before is kept as the previous "
+            "command); the server runs the old one until it is restarted: /kimi restart"
+        )
 
     def recent(self, limit: int = 20) -> list[OperationView]:
         return self.state.operations(limit)

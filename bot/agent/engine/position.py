@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bot.agent.engine.context import RunnerContext
 from bot.agent.engine.crash_points import CrashPoint
+from bot.agent.engine.state_writes import StateWrites
 from bot.agent.state.resume_point import ResumePoint, Stage
 from bot.errors import StoreError
 
@@ -22,6 +23,7 @@ class OperationPosition:
     def __init__(self, ctx: RunnerContext, op_id: int) -> None:
         self.ctx = ctx
         self.op_id = op_id
+        self.writes = StateWrites(ctx, op_id)
         self._point: ResumePoint | None = None
 
     @property
@@ -45,7 +47,11 @@ class OperationPosition:
         return point
 
     def save(self, point: ResumePoint) -> None:
-        self.ctx.state.save_resume_point(self.op_id, point)
+        """Saved before the step acts: on a full disk it waits for room rather than act
+        without its record (``bot.agent.engine.state_writes``)."""
+        self.writes.settle(
+            "its resume point", lambda: self.ctx.state.save_resume_point(self.op_id, point)
+        )
         self._point = point
 
     def crash_point(self, point: CrashPoint) -> None:

@@ -22,10 +22,17 @@ from bot.agent.engine.crash_points import CrashPoint, SimulatedCrash
 from bot.agent.engine.event_log import EventLog, iso
 from bot.agent.engine.position import OperationPosition
 from bot.agent.engine.start_attempt import StartAttempt
+from bot.agent.engine.state_writes import StateWrites
 from bot.agent.state.resume_point import ResumePoint, RollbackCause, Stage, Step
 from bot.agent.state.views import RevisionOutcome, RevisionView
 from bot.errors import KimiOpsError
-from bot.vocab import EventPhase, FailureKind, OperationKind, OperationState
+from bot.vocab import (
+    HOST_FAILURE_KINDS,
+    EventPhase,
+    FailureKind,
+    OperationKind,
+    OperationState,
+)
 
 __all__ = ["Runner"]
 
@@ -48,6 +55,7 @@ class Runner:
         self.op_id = op_id
         self.events = EventLog(ctx, op_id)
         self.position = OperationPosition(ctx, op_id)
+        self.writes = StateWrites(ctx, op_id)
 
     @property
     def point(self) -> ResumePoint:
@@ -68,7 +76,10 @@ class Runner:
             log.info("operation %s: %s", self.op_id, crash)
         except Exception as exc:  # a bug or an unexpected backend failure: never a silent hang
             log.exception("operation %s failed unexpectedly", self.op_id)
-            self._fail_unexpectedly(exc)
+            try:
+                self._fail_unexpectedly(exc)
+            except Abandoned:  # shut down while waiting to record it: resumed by the next
+                log.info("operation %s left unfinished for the next agent", self.op_id)
 
     def _fail_unexpectedly(self, exc: Exception) -> None:
         """Settle the operation and its revision as failed, saying where the server stands."""
@@ -101,7 +112,9 @@ class Runner:
             self._finish(OperationState.READY, outcome.message, outcome.data, 1.0)
             return
         self._record(outcome, RevisionOutcome.FAILED)
-        self.ctx.state.update_operation(self.op_id, failure=outcome.data)
+        self.writes.settle(
+            "its failure", lambda: self.ctx.state.update_operation(self.op_id, failure=outcome.data)
+        )
         self.position.crash_point(CrashPoint.FAILURE_RECORDED)
         if not outcome.started:
             self._finish(OperationState.FAILED, outcome.message, outcome.data, None)
@@ -110,7 +123,23 @@ class Runner:
         if view is not None and view.kind is OperationKind.RESTART:
             self._restart_failed(outcome)
             return
+        if outcome.data.get("kind") in HOST_FAILURE_KINDS:
+            self._host_cause(outcome)
+            return
         self._rollback(outcome)
+
+    def _host_cause(self, failure: StartOutcome) -> None:
+        """A cause outside the config (a port another process holds, GPUs it occupies) kills
+        any config started now: a rollback would only lose a second start to it."""
+        self._stop_if_running()
+        self._finish(
+            OperationState.FAILED,
+            f"{failure.message}; not rolling back: the cause ({failure.data['kind']}) is outside "
+            "the config and an earlier config would die of it too. The server is stopped; free "
+            "what holds it, then restart or roll back",
+            failure.data,
+            None,
+        )
 
     def _restart_failed(self, failure: StartOutcome) -> None:
         """A restart changed no config, so no other config is started in its place: one nobody
@@ -126,9 +155,15 @@ class Runner:
 
     def _stop_if_running(self) -> None:
         """A failed start left with no config to start in its place: if it is stuck or
-        unhealthy but alive, it holds the GPUs and RAM for nothing."""
-        if self.ctx.control.status().running:
-            self.ctx.control.stop(self.ctx.settings.stop_grace_s)
+        unhealthy but alive, it holds the GPUs and RAM for nothing. A stop that fails is
+        logged and retried as a kill: the operation still ends, saying where the server is."""
+        control = self.ctx.control
+        try:
+            if control.status().running:
+                control.stop(self.ctx.settings.stop_grace_s)
+        except KimiOpsError:
+            log.exception("operation %s: stopping the failed server failed; killing", self.op_id)
+            control.kill()
 
     def _finish(
         self,
@@ -139,8 +174,12 @@ class Runner:
     ) -> None:
         # Outcome first, then the final event that makes the state final: whoever sees the
         # final state also sees the outcome and the finish time.
-        self.ctx.state.update_operation(
-            self.op_id, outcome=message, finished_at=iso(self.ctx.clock.now())
+        finished_at = iso(self.ctx.clock.now())
+        self.writes.settle(
+            "its outcome",
+            lambda: self.ctx.state.update_operation(
+                self.op_id, outcome=message, finished_at=finished_at
+            ),
         )
         self.position.crash_point(CrashPoint.OUTCOME_RECORDED)
         self.events.emit(EventPhase(state.value), message, data, progress=progress, state=state)
@@ -152,7 +191,10 @@ class Runner:
         for key in _REVISION_FIGURES:
             if outcome.data.get(key) is not None:
                 fields[key] = outcome.data[key]
-        self.ctx.state.update_revision(self.point.revision, **fields)
+        revision = self.point.revision
+        self.writes.settle(
+            "its revision's outcome", lambda: self.ctx.state.update_revision(revision, **fields)
+        )
 
     def _rollback(self, failure: StartOutcome) -> None:
         failed = self.point
@@ -169,7 +211,10 @@ class Runner:
             return
         rev_id = self._rollback_revision(failed.revision, target)
         self.position.crash_point(CrashPoint.ROLLBACK_REVISION_ADDED)
-        self.ctx.state.update_operation(self.op_id, rollback_of=failed.revision)
+        self.writes.settle(
+            "its rollback",
+            lambda: self.ctx.state.update_operation(self.op_id, rollback_of=failed.revision),
+        )
         self.position.save(
             ResumePoint(
                 stage=Stage.ROLLBACK,
@@ -216,14 +261,18 @@ class Runner:
                 and revision.rollback_of == failed
             ):
                 return revision.id
-        return self.ctx.state.add_revision(
-            argv=list(target.argv),
-            hicache=dict(target.hicache),
-            created_at=iso(self.ctx.clock.now()),
-            actor="kimi-ops (automatic rollback)",
-            kind=OperationKind.ROLLBACK.value,
-            rollback_of=failed,
-            operation_id=self.op_id,
+        created_at = iso(self.ctx.clock.now())
+        return self.writes.settle(
+            "the rollback's revision",
+            lambda: self.ctx.state.add_revision(
+                argv=list(target.argv),
+                hicache=dict(target.hicache),
+                created_at=created_at,
+                actor="kimi-ops (automatic rollback)",
+                kind=OperationKind.ROLLBACK.value,
+                rollback_of=failed,
+                operation_id=self.op_id,
+            ),
         )
 
     def _after_rollback(self, outcome: StartOutcome) -> None:
@@ -239,9 +288,12 @@ class Runner:
             )
             return
         self._record(outcome, RevisionOutcome.FAILED)
+        # Whatever the failure (timeout, health, a mismatch: the server may well be alive),
+        # the server is left stopped for a person, as the README promises.
+        self._stop_if_running()
         self._finish(
             OperationState.FAILED,
-            f"the rollback failed too ({outcome.message}); not retrying. "
+            f"the rollback failed too ({outcome.message}); not retrying: the server is stopped. "
             f"First failure: {cause.message}",
             dict(outcome.data, cause=dict(cause.data)),
             None,

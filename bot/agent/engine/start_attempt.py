@@ -1,6 +1,6 @@
-"""One start of a config, from its resume point to how it ended: write the command line, stop
-the server, wait for its GPUs, spawn the new one (or adopt the one a dead agent spawned), then
-follow its log under the guard until it is ready or has failed.
+"""One start of a config, from its resume point to how it ended: check the server's port, stop
+the server, wait for its GPUs, write the command line, spawn the new one (or adopt the one a
+dead agent spawned), then follow its log under the guard until it is ready or has failed.
 
 Each step is saved in the operation's :class:`~bot.agent.engine.position.OperationPosition`
 before it acts, so a restarted agent picks the start up where it was: a start recorded as begun
@@ -114,11 +114,17 @@ class StartAttempt:
         """Stop, wait for the GPUs and start; a StartOutcome (not started) when that cannot be."""
         ctx, position = self.ctx, self.position
         if position.point.step is Step.STOPPING:
-            if ctx.control.read_command() != argv:
-                # Only a change is written: rewriting the same line (a restart, a resumed step)
-                # would replace the kept previous version with the current one.
-                ctx.control.write_command(argv)
-                position.crash_point(CrashPoint.COMMAND_WRITTEN)
+            conflict = ctx.control.port_conflict(*_address(argv))
+            if conflict is not None:
+                # Before anything stops: the new server would die binding it, after its whole
+                # load, and so would a rollback's.
+                return StartOutcome(
+                    False,
+                    f"not started: {conflict}; the server was left as it is. Free the port "
+                    "(or stop what holds it), then try again",
+                    {"kind": FailureKind.PORT_IN_USE.value, "message": conflict},
+                    started=False,
+                )
             before = ctx.control.status()
             self.events.emit(
                 EventPhase.STOPPING,
@@ -150,10 +156,18 @@ class StartAttempt:
             )
         except GpusBusyError as exc:
             return _not_started(exc, {"kind": FailureKind.GPU_BUSY.value,
-                                      "processes": exc.processes})  # fmt: skip
+                                      "processes": exc.processes}, self._where())  # fmt: skip
         except KimiOpsError as exc:  # NVML failing ("GPU is lost"), the process table unreadable
-            return _not_started(exc, {"kind": _kind_of(exc).value})
+            return _not_started(exc, {"kind": _kind_of(exc).value}, self._where())
         position.crash_point(CrashPoint.GPUS_FREE)
+        # The command is written only now, with the GPUs free and the start next: a start that
+        # never happens (GPUs busy, the probe failing) leaves the config that last ran on disk.
+        written_over = ctx.control.read_command()
+        if written_over != argv:
+            # Only a change is written: rewriting the same line (a restart, a resumed step)
+            # would replace the kept previous version with the current one.
+            ctx.control.write_command(argv)
+            position.crash_point(CrashPoint.COMMAND_WRITTEN)
         now = ctx.clock.now().timestamp()
         starts = position.point.starts + (0 if position.point.step is Step.STARTING else 1)
         position.save(position.point.at(Step.STARTING, starts=starts, t0=now))
@@ -171,15 +185,33 @@ class StartAttempt:
         try:
             ctx.control.start(position.point.marker(position.op_id))
         except KimiOpsError as exc:  # the backend refused: nothing runs, nothing to follow
-            return _not_started(exc, {"kind": _kind_of(exc).value})
+            if written_over != argv:
+                ctx.control.write_command(written_over)  # the config that last ran, again
+            return _not_started(exc, {"kind": _kind_of(exc).value}, self._where())
         position.crash_point(CrashPoint.SPAWNED)
         return None
 
+    def _where(self) -> str:
+        """Where the server stands, said as it is (a server started by hand may run on)."""
+        try:
+            status = self.ctx.control.status()
+        except KimiOpsError as exc:
+            return f"the server's state is unknown ({exc})"
+        if status.running:
+            return f"a server is running (pid {status.main_pid})"
+        return "the server is stopped"
 
-def _not_started(exc: KimiOpsError, data: dict[str, Any]) -> StartOutcome:
+
+def _address(argv: list[str]) -> tuple[str, int]:
+    """The host and port the server binds (SGLang's defaults when not given)."""
+    topology = read_topology(argv)
+    return topology.host, topology.port
+
+
+def _not_started(exc: KimiOpsError, data: dict[str, Any], where: str) -> StartOutcome:
     """The start could not begin (GPUs busy, the GPU probe or the backend failing): the
-    operation fails without starting, the server left stopped."""
-    message = f"not started: {str(exc).rstrip('.')}; the server is stopped"
+    operation fails without starting, saying where the server stands."""
+    message = f"not started: {str(exc).rstrip('.')}; {where}"
     return StartOutcome(False, message, dict(data, message=str(exc)), started=False)
 
 

@@ -40,6 +40,7 @@ without ``--enable-metrics``, or not up); added after the rest, so older bots ig
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -63,13 +64,16 @@ def status_body(
     operation: dict[str, Any] | None,
     metrics: ServerMetrics | None = None,
     router_url: str | None = None,
+    agent_problems: Sequence[str] = (),
     *,
     memory_watch: dict[str, Any] | None = None,
     memory_problem: str | None = None,
 ) -> dict[str, Any]:
     """The body; ``router_url`` is the server's URL as a fleet's router reaches it;
-    ``memory_watch`` is the post-ready watch's section (its floor and recent notices) and
-    ``memory_problem`` its sentence while the headroom is under the floor."""
+    ``agent_problems`` what the agent itself finds wrong (the log, the state directory, the
+    configured command), listed after the facts' own problems; ``memory_watch`` is the
+    post-ready watch's section (its floor and recent notices) and ``memory_problem`` its
+    sentence while the headroom is under the floor."""
     server = snap.server
     hicache = snap.hicache
     capacity = snap.capacity
@@ -112,7 +116,11 @@ def status_body(
         "metrics": None if metrics is None else asdict(metrics),
         "operation": operation,
         "fingerprint": snap.fingerprint,
-        "problems": [*snap.problems, *([memory_problem] if memory_problem else [])],
+        "problems": [
+            *snap.problems,
+            *agent_problems,
+            *([memory_problem] if memory_problem else []),
+        ],
         "memory_watch": memory_watch,
     }
 

@@ -78,7 +78,8 @@ def test_command_starts_from_settings_and_keeps_the_previous(tmp_path: Path) -> 
     assert control.read_command() == [*first, "--hicache-ratio", "4"]
     assert control.previous_command() == first
     stored = json.loads((tmp_path / "state" / "command.json").read_text())
-    assert stored == {"argv": [*first, "--hicache-ratio", "4"]}
+    # Beside the argv, the [agent] command it was taken from: an edit is told from a change.
+    assert stored == {"argv": [*first, "--hicache-ratio", "4"], "config": first}
     assert not [p for p in (tmp_path / "state").iterdir() if p.name.endswith(".tmp")]
 
 
@@ -151,6 +152,7 @@ def test_stop_kills_after_the_grace_period(tmp_path: Path) -> None:
     assert (result.how, result.exit_status) == ("killed", -9)
     assert result.duration_s >= 0.3
     assert control.status().state == ServerState.STOPPED
+    log.close()
 
 
 @pytest.mark.slow
@@ -177,6 +179,7 @@ def test_stop_signals_the_whole_process_group(tmp_path: Path) -> None:
             return True
 
     wait_until(child_gone)
+    log.close()
 
 
 @pytest.mark.slow
@@ -194,6 +197,7 @@ def test_kill_sigkills_the_whole_group_without_a_grace(tmp_path: Path) -> None:
     wait_until(lambda: not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status()
                == psutil.STATUS_ZOMBIE)  # fmt: skip
     assert control.kill().how == "not_running"
+    log.close()
 
 
 def _read_until(log: LogSource, marker: str) -> str:
@@ -287,7 +291,9 @@ def test_log_since_start_rereads_the_current_run(
     started_at = again.status().started_at
     log = again.open_log(since=started_at)
     assert log.read_new().startswith("server up")
-    assert again.open_log().read_new() == ""  # without since: only what comes next
+    fresh = again.open_log()
+    assert fresh.read_new() == ""  # without since: only what comes next
+    fresh.close()
     log.close()
 
 
@@ -423,3 +429,26 @@ def _environ_has(pid: int, marker: str) -> bool:
         return psutil.Process(pid).environ().get(MARKER_ENV) == marker
     except psutil.Error:
         return False
+
+
+def test_a_command_written_by_the_agent_is_no_edit_but_an_edited_config_is(
+    tmp_path: Path,
+) -> None:
+    """A change the agent writes (a resize's command) leaves command_edit None; a control
+    built from an edited [agent] command on the same record reports the edit against the
+    command the record was taken from; adopting it makes the config's command the recorded one
+    (the agent's kept as the previous) and the edit is gone."""
+    original = [PYTHON, "-c", SERVE, "--hicache-ratio", "2"]
+    first = ProcessControl(tmp_path / "state", original, tmp_path / "log", {}, SystemClock())
+    resized = [*original[:-1], "4"]
+    first.write_command(resized)
+    assert first.command_edit() is None
+    edited = [*original, "--enable-metrics"]
+    again = ProcessControl(tmp_path / "state", edited, tmp_path / "log", {}, SystemClock())
+    edit = again.command_edit()
+    assert edit is not None
+    assert (list(edit.configured), list(edit.taken_from)) == (edited, original)
+    again.adopt_configured()
+    assert again.read_command() == edited
+    assert again.previous_command() == resized
+    assert again.command_edit() is None

@@ -10,7 +10,7 @@ SGLang's ``/health`` and ``/server_info`` answer from a script. The real-subproc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +70,9 @@ class ScriptedLog(LogSource):
         new, self._given = ready[self._given :], len(ready)
         return "".join(new)
 
+    def problem(self) -> str | None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -106,9 +109,12 @@ class ScriptedSGLang:
                                  "version": "0.5.9"}
     )  # fmt: skip
     health_calls: list[float] = field(default_factory=list)
+    on_health: Callable[[], None] | None = None  # called at each /health, to look around
 
     def health(self) -> int | None:
         self.health_calls.append(self.clock.t)
+        if self.on_health is not None:
+            self.on_health()
         if self.healthy_at is None or self.clock.t < self.healthy_at:
             return None
         return self.code
@@ -263,7 +269,7 @@ def test_health_failing_for_the_grace_after_http_fails_the_start(make_rig: Any) 
     outcome = _follow(rig, [(0, INIT), (5, HTTP)])
     assert not outcome.ready
     assert "/health answered 503 for" in outcome.message
-    first_bad = min(rig.sglang.health_calls)  # asked only once HTTP is up
+    first_bad = min(t for t in rig.sglang.health_calls if t >= 5)  # counted once HTTP is up
     assert first_bad + 20.0 < rig.clock.t <= first_bad + 20.0 + POLL_S
 
 
@@ -308,3 +314,37 @@ def test_a_process_that_dies_ends_the_start_with_its_exit_status(make_rig: Any) 
     assert outcome.data["exit_status"] == 1
     assert outcome.data["phase"] == EventPhase.LOAD_WEIGHTS
     assert 30.0 <= rig.clock.t <= 30.0 + POLL_S + 1.0  # one poll, then the drain
+
+
+@dataclass
+class MovedLog(ScriptedLog):
+    """The log moved away at ``moved_at``: nothing more read by name, the move a problem."""
+
+    moved_at: float = 3.0
+
+    def read_new(self) -> str:
+        text = super().read_new()
+        return "" if self.clock.t > self.moved_at else text
+
+    def problem(self) -> str | None:
+        if self.clock.t > self.moved_at:
+            return "the server log /x/server.log was moved or deleted"
+        return None
+
+
+def test_a_log_moved_mid_start_does_not_keep_a_ready_server_from_ready(make_rig: Any) -> None:
+    """The log silent from 3 s on (moved away) while /health answers 200 from 60 s: the start
+    is ready from the endpoints, the move told once as an event and listed in the engine's
+    notices while it lasts, cleared at the end (failed before the fix: /health was asked only
+    once the log showed HTTP up, so the start ran to the hard ceiling and was rolled back)."""
+    rig = make_rig(healthy_at=60.0)
+    seen: list[tuple[str, ...]] = []
+    rig.sglang.on_health = lambda: seen.append(rig.follower.ctx.notices.lines())
+    lines = [(0, INIT), (1, LOAD), (10, KV), (50, HTTP), (55, READY)]
+    outcome = rig.follower.run(MovedLog(rig.clock, lines))
+    assert outcome.ready, outcome.message
+    assert rig.clock.t < 62
+    told = [e for e in rig.recorder.events if "moved or deleted" in e.message]
+    assert len(told) == 1
+    assert ("the server log /x/server.log was moved or deleted",) in seen
+    assert rig.follower.ctx.notices.lines() == ()

@@ -9,7 +9,13 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pytest
 
-from bot.agent.control.protocol import LogSource, ServerControl, ServerProcessState, StopResult
+from bot.agent.control.protocol import (
+    CommandEdit,
+    LogSource,
+    ServerControl,
+    ServerProcessState,
+    StopResult,
+)
 from bot.agent.engine.manager import OperationManager
 from bot.agent.facts.snapshot import FactsService
 from bot.agent.host.probe import GpuFacts, HostProbe, ProcessInfo, RamFacts, ServerCgroup
@@ -88,6 +94,15 @@ class _Control:
 
     def cgroup(self) -> ServerCgroup:
         return self.inner.cgroup()
+
+    def command_edit(self) -> CommandEdit | None:
+        return self.inner.command_edit()
+
+    def adopt_configured(self) -> None:
+        self.inner.adopt_configured()
+
+    def port_conflict(self, host: str, port: int) -> str | None:
+        return self.inner.port_conflict(host, port)
 
     def open_log(self, since: float | None = None) -> LogSource:
         return self.inner.open_log(since)

@@ -15,8 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
+from bot.agent.engine.crash_points import CrashAt, CrashPoint
 from bot.agent.service import make_probe
 from bot.agent.sglang_client import SGLangClient
+from bot.agent.state.resume_point import Stage
+from bot.errors import OperationConflict
 from tests.agent._ops_fixtures import phases, wait_final
 from tests.agent.conftest import Spawn, wait_until
 from tests.agent.engine._backends import (
@@ -99,6 +102,34 @@ def test_leftover_gpu_process_blocks_the_start_naming_its_pid(
     assert "starting" not in phases(events)
     assert not rig.control().status().running
     assert rig.starts() == 1  # never started again
+
+
+def test_a_resize_that_never_starts_leaves_the_command_at_the_config_that_ran(
+    backend_rig: Rigs, spawn: Spawn
+) -> None:
+    """A resize whose GPUs stay held by a stray after the stop fails without starting, and the
+    command on disk is still the one that last ran, the resize's never written (failed before
+    the fix: the command was written before the stop, so the next restart would have started a
+    configuration that never came up)."""
+    rig = backend_rig(gpu_free_timeout_s=1)
+    rig.start_server()
+    before = rig.control().read_command()
+    stray = spawn(sys.executable, "-m", "bot.sim.stray", "--gpus", "0,1", env=rig.server_env(),
+                  stdout=subprocess.DEVNULL)  # fmt: skip
+    probe = make_probe(rig.settings)
+    wait_until(
+        lambda: any(p.pid == stray.pid for g in probe.gpus().gpus for p in g.processes),
+        timeout_s=30,
+    )
+    manager = rig.manager()
+    op = manager.submit("resize", actor="ana", ratio=3)
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert f"PID {stray.pid}" in events[-1].message
+    assert "the server is stopped" in events[-1].message
+    assert rig.control().read_command() == before
+    assert rig.starts() == 1
 
 
 def test_stall_is_reported_and_the_hard_ceiling_ends_it(backend_rig: Rigs) -> None:
@@ -237,3 +268,42 @@ def test_health_failing_after_http_came_up_fails_the_start(backend_rig: Rigs) ->
     assert "/health answered 503" in events[-1].message
     assert phases(events).count("rolling_back") == 1
     assert "verifying" not in phases(events)
+
+
+def test_a_failed_rollback_leaves_the_server_stopped_whatever_the_failure(
+    backend_rig: Rigs,
+) -> None:
+    """A rollback that fails on /health (its server alive, just unhealthy) ends with the server
+    stopped, as the README says, and the message says so (failed before the fix: the rollback's
+    unhealthy server was left running, holding its GPUs and RAM)."""
+    rig = backend_rig()
+    rig.start_server()
+    unhealthy = _Unhealthy(rig.client())
+    manager = rig.manager(sglang=unhealthy, health_grace_s=0.5)
+    op = manager.submit("resize", actor="ana", ratio=3)
+    unhealthy.broken = True
+    final = wait_final(manager, op.id)
+    events = manager.state.events(op.id)
+    assert final.state == "failed", events[-1].message
+    assert phases(events).count("rolling_back") == 1
+    assert "the server is stopped" in events[-1].message
+    assert not rig.control().status().running
+
+
+def test_an_operation_whose_thread_ended_unsettled_is_resumed_by_the_next_request(
+    backend_rig: Rigs,
+) -> None:
+    """The operation's thread ends without settling it (the agent "dies" after the stop is
+    recorded, but the process lives on): the next request is refused as conflicting and resumes
+    the operation, which ends ready (failed before the fix: it stayed running with nobody
+    behind it and every later request got 409 until the agent was restarted)."""
+    rig = backend_rig()
+    rig.start_server()
+    manager = rig.manager(crash_points=CrashAt(CrashPoint.STOPPED_RECORDED, Stage.APPLY))
+    op = manager.submit("resize", actor="ana", ratio=3)
+    assert manager.join(op.id, 60)
+    assert not manager.get(op.id).finished
+    with pytest.raises(OperationConflict):
+        manager.submit("resize", actor="ben", ratio=4)
+    final = wait_final(manager, op.id)
+    assert final.state == "ready", manager.state.events(op.id)[-1].message
