@@ -12,6 +12,15 @@
 
 from __future__ import annotations
 
+from bot.planner._auto_size import (
+    AUTO_SIZE_DEFAULT_RATIO,
+    AUTO_SIZE_FRACTION,
+    AUTO_SIZE_SLACK,
+    AutoSize,
+    auto_size,
+    per_rank_budget_bytes,
+    start_headroom_bytes,
+)
 from bot.planner._estimate import (
     ESTIMATE_MARGIN,
     DeviceMemory,
@@ -44,12 +53,16 @@ from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
 from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
 
 __all__ = [
+    "AUTO_SIZE_DEFAULT_RATIO",
+    "AUTO_SIZE_FRACTION",
+    "AUTO_SIZE_SLACK",
     "DEFAULT_HEADROOM_GB",
     "DEFAULT_PIN_SECONDS_PER_GB",
     "DEFAULT_SGLANG_VERSION",
     "ESTIMATE_MARGIN",
     "GB",
     "SGLANG_HOST_RESERVE_BYTES",
+    "AutoSize",
     "BytesPerToken",
     "BytesSource",
     "ChangeRequest",
@@ -67,6 +80,7 @@ __all__ = [
     "ServerFacts",
     "StartSample",
     "Verdict",
+    "auto_size",
     "default_mem_fraction_static",
     "element_bytes",
     "estimate_device_pool",
@@ -76,5 +90,7 @@ __all__ = [
     "host_tokens_for_ratio",
     "kv_shape_from_config",
     "make_plan",
+    "per_rank_budget_bytes",
     "resolve_bytes_per_token",
+    "start_headroom_bytes",
 ]

@@ -29,20 +29,39 @@ def num(value: float) -> str:
 @dataclass(frozen=True)
 class ChangeRequest:
     """A requested HiCache setting: a ratio, a size in GB per rank, or both (size wins, as in
-    SGLang). Values are kept as given so the planner can say why SGLang would refuse them."""
+    SGLang); or ``auto``: neither flag, so SGLang >= 0.5.23 picks the ratio at start (the plan
+    fills ``ratio`` with the one it will pick). Values are kept as given so the planner can say
+    why SGLang would refuse them."""
 
     ratio: float | None = None
     size_gb: float | None = None
+    auto: bool = False
 
     def __post_init__(self) -> None:
-        if self.ratio is None and self.size_gb is None:
+        if self.auto and self.size_gb is not None:
+            raise PlanInputError(
+                "auto-sizing writes neither --hicache-ratio nor --hicache-size; "
+                f"ask for auto or for size {num(self.size_gb)}, not both"
+            )
+        if not self.auto and self.ratio is None and self.size_gb is None:
             raise PlanInputError("a HiCache change needs a ratio or a size in GB per rank")
 
     @property
     def mode(self) -> str:
+        if self.auto:
+            return "auto"
         return "size" if self.size_gb is not None else "ratio"
 
+    @property
+    def explicit(self) -> bool:
+        """Writes --hicache-ratio or --hicache-size, which turns SGLang's auto-sizing off."""
+        return not self.auto
+
     def phrase(self) -> str:
+        if self.auto:
+            if self.ratio is None:
+                return "auto"
+            return f"auto: ratio {self.ratio:.2f} (SGLang sizes it at start)"
         if self.size_gb is not None:
             return f"size {num(self.size_gb)} GB/rank"
         assert self.ratio is not None
@@ -60,6 +79,7 @@ class ServerFacts:
     known. ``host_extras`` are the other host pools the last start logged (a DSA indexer).
     ``device_pool_source`` says where ``device_pool`` came from; with none, ``device_memory``
     lets the planner estimate it (``device_pool_missing`` says why it cannot).
+    ``sized_by_sglang`` says the running command line leaves the size to SGLang.
     """
 
     ranks: int
@@ -77,6 +97,9 @@ class ServerFacts:
     device_pool_source: DevicePoolSource | None = None
     device_memory: DeviceMemory | None = None
     device_pool_missing: str | None = None
+    #: The running command line writes neither --hicache-ratio nor --hicache-size (HiCache on):
+    #: on a version that auto-sizes, SGLang picks the ratio at each start.
+    sized_by_sglang: bool = False
 
     def __post_init__(self) -> None:
         if self.ranks < 1:

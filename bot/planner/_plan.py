@@ -14,6 +14,10 @@ the pool cannot be told, the ratio is refused with the reason (``refused_by`` mi
 When no start ever logged the pool, it is estimated from the model's files and the GPUs, an
 upper bound planned with a margin (``_estimate``): ``device_pool_source`` is then "estimate".
 
+``auto`` (neither flag, SGLang >= 0.5.23) is planned on the ratio SGLang's auto-sizing will pick
+at start (``_auto_size``), from the headroom the start will see; an explicit ratio or size on a
+server SGLang sizes itself is planned as asked, with a warning that it turns auto-sizing off.
+
 SGLang sizes one pool per local rank (TP x PP x DP on the host): eight ranks of
 ``--hicache-size 300`` ask for 2.4 TB, which no 449 GB host has.
 """
@@ -22,11 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from bot.errors import PlanInputError
+from bot.planner._auto_size import AutoSize, auto_size, start_headroom_bytes
 from bot.planner._estimate import DevicePoolEstimate, DevicePoolSource
 from bot.planner._eta import StartSample, estimate_startup_seconds
 from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num, with_estimated_pool
@@ -42,7 +47,9 @@ from bot.planner._sizing import (
 )
 from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
 from bot.planner._wording import (
+    auto_sizing_off,
     budget_sentence,
+    no_auto_sizing,
     host_not_larger,
     larger_than_device,
     sentence,
@@ -120,6 +127,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     device_pool_source: DevicePoolSource | None = None
     device_pool_estimate: DevicePoolEstimate | None = None
+    auto_size: AutoSize | None = None
 
     @property
     def fits(self) -> bool:
@@ -136,7 +144,11 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, plus the GB figures a reader wants."""
         data = asdict(self)
-        data["request"] = {"ratio": self.request.ratio, "size_gb": self.request.size_gb}
+        data["request"] = {
+            "ratio": self.request.ratio,
+            "size_gb": self.request.size_gb,
+            "auto": self.request.auto,
+        }
         data["mode"] = self.request.mode
         data["setting"] = self.request.phrase()
         data["verdict"] = self.verdict.value
@@ -191,6 +203,7 @@ def make_plan(
         bytes_per_token = None if per_token is None else per_token.value
         estimate, server = with_estimated_pool(server, bytes_per_token)
     pool = _resolved_pool(server, per_token)
+    request, auto, auto_refusal = _auto_sized(request, server, pool, memory)
     free_after_stop = memory.available_bytes + memory.server_held_bytes
     if memory.cgroup_limit_bytes is not None:
         free_after_stop = min(free_after_stop, memory.cgroup_limit_bytes)
@@ -203,13 +216,17 @@ def make_plan(
     ratio_pool = _ratio_pool(request, server, pool)
     if ratio_pool is not None:
         notes.append(f"ratio multiplies {ratio_pool}")
+    if auto is not None:
+        notes.append(auto.describe())
+    if request.explicit and server.sized_by_sglang and server.version.auto_sizes_hicache:
+        warnings.append(auto_sizing_off(request))
     if per_token is not None:
         notes.append(f"KV bytes per token {per_token.value:,}: {per_token.note}")
     if isinstance(estimate, DevicePoolEstimate):
         notes.append(estimate.describe())
 
     refused_by: RefusedBy | None = None
-    refusal = sglang_would_reject(request, server, pool)
+    refusal = auto_refusal or sglang_would_reject(request, server, pool)
     if refusal is not None:
         refused_by = RefusedBy.SGLANG
     size: HostPoolSize | None = None
@@ -307,7 +324,36 @@ def make_plan(
         notes=tuple(notes),
         device_pool_source=None if pool.kv_bytes is None else server.device_pool_source,
         device_pool_estimate=estimate if isinstance(estimate, DevicePoolEstimate) else None,
+        auto_size=auto,
     )
+
+
+def _auto_sized(
+    request: ChangeRequest, server: ServerFacts, pool: DevicePool, memory: HostMemory
+) -> tuple[ChangeRequest, AutoSize | None, str | None]:
+    """For ``auto``: the request with the ratio SGLang will pick, its figures, or why SGLang
+    refuses; any other request as it is."""
+    if not request.auto:
+        return request, None, None
+    if not server.version.auto_sizes_hicache:
+        return request, None, no_auto_sizing(server.version)
+    device = _device_bytes(pool, server.page_size)
+    if device is None:
+        return request, None, None  # the missing pool is refused as for any ratio
+    auto = auto_size(start_headroom_bytes(memory), [device] * server.ranks, server.ranks)
+    if isinstance(auto, str):
+        return request, None, auto
+    return replace(request, ratio=auto.ratio), auto, None
+
+
+def _device_bytes(pool: DevicePool, page_size: int) -> int | None:
+    """SGLang's device bytes of the pool (its buffers hold one padding page): exact from the
+    tokens and bytes per token when known, else the pool's bytes as logged."""
+    if pool.tokens is not None and pool.bytes_per_token:
+        return math.ceil((pool.tokens + page_size) * pool.bytes_per_token)
+    if pool.kv_bytes:
+        return math.ceil(pool.kv_bytes)
+    return None
 
 
 def _bytes_per_token(server: ServerFacts) -> tuple[BytesPerToken | None, tuple[str, ...]]:
