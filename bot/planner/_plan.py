@@ -49,9 +49,9 @@ from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
 from bot.planner._wording import (
     auto_sizing_off,
     budget_sentence,
-    no_auto_sizing,
     host_not_larger,
     larger_than_device,
+    no_auto_sizing,
     sentence,
     sglang_would_reject,
     suggestion,

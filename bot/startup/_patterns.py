@@ -88,6 +88,15 @@ HOST_POOL_NEW = re.compile(
 # Allocating 29.02 GB host memory for DSA indexer (layout=page_first), packed MTP layers: ...
 HOST_EXTRA = re.compile(r"Allocating ([\d.]+) GB host memory for ([^(,]+?) ?(?:\(|,|\.?$)")
 
+# 0.5.23 with neither --hicache-ratio nor --hicache-size (mem_cache/hicache_auto_size.py), once
+# per rank before its host pools:
+# HiCache auto-sizing: ratio 2.000 -> 1.140; 12.0 GiB host memory per rank (fraction 0.80,
+# 1 ranks on this host), host pools 11.4 GiB.
+AUTO_SIZED = re.compile(
+    r"HiCache auto-sizing: ratio ([\d.]+) -> (-?[\d.]+); ([\d.]+) GiB host memory per rank "
+    r"\(fraction ([\d.]+), (\d+) ranks on this host\), host pools ([\d.]+) GiB"
+)
+
 # max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 

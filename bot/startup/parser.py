@@ -20,6 +20,7 @@ from datetime import datetime
 
 from bot.startup._failure import FailureTracker
 from bot.startup._patterns import (
+    AUTO_SIZED,
     DEVICE_POOL,
     EOL,
     GRAPHS,
@@ -43,6 +44,7 @@ from bot.startup.events import (
     DialectDetected,
     Event,
     GraphProgress,
+    HiCacheAutoSized,
     HostPool,
     MaxTotalTokens,
     Phase,
@@ -217,6 +219,8 @@ class StartupParser:
             return True
         if "Allocating " in message and "host" in message:
             return self._host_pool(message, line, rank, at, out)
+        if "HiCache auto-sizing: " in message:
+            return self._auto_sized(message, line, rank, at, out)
         if "max_total_num_tokens=" in message:
             match = MAX_TOTAL.search(message)
             if match is not None:
@@ -283,6 +287,29 @@ class StartupParser:
             self._detect(dialect, at, line, out)
         self._failure.note_host_line(rank, line)
         out.append(HostPool(rank=rank, gb=gb, tokens=tokens, pool=pool, at=at, line=line))
+        return True
+
+    def _auto_sized(
+        self, message: str, line: str, rank: str | None, at: datetime | None, out: list[Event]
+    ) -> bool:
+        match = AUTO_SIZED.search(message)
+        if match is None:
+            return False
+        requested, ratio, budget, fraction, ranks, pools = match.groups()
+        self._detect(Dialect.V0_5_23, at, line, out)
+        out.append(
+            HiCacheAutoSized(
+                rank=rank,
+                requested=float(requested),
+                ratio=float(ratio),
+                budget_gib=float(budget),
+                fraction=float(fraction),
+                ranks=int(ranks),
+                host_pools_gib=float(pools),
+                at=at,
+                line=line,
+            )
+        )
         return True
 
     def _enter(

@@ -22,6 +22,7 @@ from bot.startup.events import (
     FailureKind,
     FailureSeen,
     GraphProgress,
+    HiCacheAutoSized,
     HostPool,
     MaxTotalTokens,
     Phase,
@@ -105,6 +106,8 @@ class StartupReport:
     ``device_pool_undecided`` says why and the per-rank device figures are empty.
     ``host_gb_per_rank`` is the HiCache KV host pool, ``host_extra_gb_per_rank`` every other host
     allocation by name (a DSA indexer), and ``host_total_gb_per_rank`` their sum: all RAM.
+    ``hicache_auto_ratio`` is the ratio 0.5.23's auto-sizing took (the least any rank logged;
+    after SGLang's all-reduce every rank logs the same), ``None`` when it did not run.
     """
 
     dialect: Dialect | None
@@ -125,6 +128,7 @@ class StartupReport:
     device_pool_undecided: str | None = None
     host_extra_gb_per_rank: dict[str, dict[str, float]] = field(default_factory=dict)
     host_total_gb_per_rank: dict[str, float] = field(default_factory=dict)
+    hicache_auto_ratio: float | None = None
 
     @property
     def started_at(self) -> datetime | None:
@@ -167,6 +171,7 @@ class StartupReport:
             "host_extra_gb_per_rank": {r: dict(v) for r, v in self.host_extra_gb_per_rank.items()},
             "host_total_gb_per_rank": dict(self.host_total_gb_per_rank),
             "host_gb_total": self.host_gb_total,
+            "hicache_auto_ratio": self.hicache_auto_ratio,
             "pools": [pool.to_dict() for pool in self.pools],
             "draft_pool": None if self.draft_pool is None else self.draft_pool.to_dict(),
             "device_pool_undecided": self.device_pool_undecided,
@@ -207,6 +212,7 @@ class ReportBuilder:
         self._host_gb: dict[str, dict[str, float]] = {}
         self._host_tokens: dict[str, int] = {}
         self._failure: FailureSeen | None = None
+        self._auto_ratio: float | None = None
 
     def add(self, event: Event) -> None:
         """Take the next event in log order."""
@@ -234,6 +240,10 @@ class ReportBuilder:
                 self._host_gb.setdefault(rank or NO_RANK, {})[pool] = gb
                 if tokens is not None and pool == KV_HOST_POOL:
                     self._host_tokens[rank or NO_RANK] = tokens
+            case HiCacheAutoSized(ratio=ratio):
+                self._auto_ratio = (
+                    ratio if self._auto_ratio is None else min(ratio, self._auto_ratio)
+                )
             case FailureSeen():
                 self._failure = event
 
@@ -291,6 +301,7 @@ class ReportBuilder:
             host_total_gb_per_rank=_by_rank(
                 {r: round(sum(pools.values()), 2) for r, pools in self._host_gb.items()}
             ),
+            hicache_auto_ratio=self._auto_ratio,
             ready=ready,
             ready_at=ready_at,
             failure=None
