@@ -110,7 +110,8 @@ def auto_size(
     """
     if not device_bytes_per_rank or any(b <= 0 for b in device_bytes_per_rank):
         raise PlanInputError(
-            f"auto-sizing needs each rank's device pool bytes > 0, not {list(device_bytes_per_rank)}"
+            "auto-sizing needs each rank's device pool bytes > 0, not "
+            f"{list(device_bytes_per_rank)}"
         )
     if not (math.isfinite(fraction) and 0 < fraction <= 1):
         raise PlanInputError(f"--hicache-host-memory-fraction {fraction!r} must be in (0, 1]")

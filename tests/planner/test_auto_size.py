@@ -76,7 +76,8 @@ def test_no_memory_left_after_the_reserve_is_sglang_s_refusal_to_start() -> None
     """A headroom under the 10 GiB reserve leaves a ratio <= 0: SGLang raises; so do we, named."""
     got = auto_size(9 * GIB, [GIB], 1)
     assert isinstance(got, str)
-    assert "10 GiB reserve" in got and "refuses to start" in got
+    assert "10 GiB reserve" in got
+    assert "refuses to start" in got
 
 
 def test_the_cgroup_bounds_the_headroom_the_start_sees() -> None:

@@ -57,9 +57,9 @@ def main() -> None:
         params = types.SimpleNamespace(
             token_to_kv_pool_allocator=allocator, req_to_token_pool=None, mtp_draft_device_pools=[]
         )
-        with host_memory_budget_scope(case["budget_bytes"]):
-            with auto_size_hicache(params, None, enabled=True):
-                out["ratios"].append(get_memory().hicache_ratio)  # type: ignore[attr-defined]
+        budget = host_memory_budget_scope(case["budget_bytes"])
+        with budget, auto_size_hicache(params, None, enabled=True):
+            out["ratios"].append(get_memory().hicache_ratio)  # type: ignore[attr-defined]
     out["log"] = [line for line in records if line.startswith("HiCache auto-sizing")]
     json.dump(out, sys.stdout)
 

@@ -48,8 +48,8 @@ def run_sglang(side: SideVenv, cases: list[dict[str, int]]) -> dict[str, object]
 
 
 def test_our_ratio_is_sglang_s_within_a_tenth_of_a_percent(side: SideVenv) -> None:
-    """On each case SGLang's auto_size_hicache and ours pick the same ratio (0.1%), the same
-    reserve and slack, and auto-sizing is on only with neither --hicache-ratio nor --hicache-size."""
+    """On each case SGLang's auto_size_hicache and ours pick the same ratio (0.1%), with the
+    same reserve and slack; auto-sizing is on only with neither a ratio nor a size."""
     per_rank_cases = []
     for ranks, devices, headroom in CASES:
         budget = (headroom - 10 * GIB) // ranks
