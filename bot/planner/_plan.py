@@ -89,6 +89,8 @@ class Plan:
     multiplies, where the bytes per token came from and how extra pools were scaled.
     ``device_pool_source`` names where the device pool came from; for "estimate",
     ``device_pool_estimate`` holds the figures (``device_tokens`` is then its planned tokens).
+    For ``auto``, ``request`` is as asked (no ratio: none is written) and ``auto_size`` holds the
+    ratio SGLang will pick, which the host pool figures are sized on.
     """
 
     request: ChangeRequest
@@ -134,6 +136,13 @@ class Plan:
         return self.verdict is Verdict.FITS
 
     @property
+    def setting(self) -> str:
+        """The setting in words; for ``auto``, with the ratio SGLang will pick."""
+        if self.auto_size is None:
+            return self.request.phrase()
+        return replace(self.request, ratio=self.auto_size.ratio).phrase()
+
+    @property
     def per_rank_gb(self) -> float | None:
         return None if self.per_rank_bytes is None else self.per_rank_bytes / GB
 
@@ -150,7 +159,7 @@ class Plan:
             "auto": self.request.auto,
         }
         data["mode"] = self.request.mode
-        data["setting"] = self.request.phrase()
+        data["setting"] = self.setting
         data["verdict"] = self.verdict.value
         data["warnings"] = list(self.warnings)
         data["notes"] = list(self.notes)
@@ -203,6 +212,7 @@ def make_plan(
         bytes_per_token = None if per_token is None else per_token.value
         estimate, server = with_estimated_pool(server, bytes_per_token)
     pool = _resolved_pool(server, per_token)
+    asked = request
     request, auto, auto_refusal = _auto_sized(request, server, pool, memory)
     free_after_stop = memory.available_bytes + memory.server_held_bytes
     if memory.cgroup_limit_bytes is not None:
@@ -288,7 +298,7 @@ def make_plan(
     if size is not None:
         expected = estimate_startup_seconds(history, size.bytes / GB)
     return Plan(
-        request=request,
+        request=asked,
         verdict=verdict,
         reason=reason,
         ranks=server.ranks,

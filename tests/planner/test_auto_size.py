@@ -118,11 +118,14 @@ def test_auto_is_planned_on_the_ratio_sglang_will_pick_in_a_cgroup() -> None:
     ratio = by_hand(24 * GIB, [device, device], 2)
     assert ratio == pytest.approx(1.0838, abs=1e-4)  # 5.6 GiB x 0.95 / 4.91 GiB
     assert plan.auto_size is not None
-    assert plan.request.ratio == ratio
+    assert plan.auto_size.ratio == ratio
+    assert plan.request == ChangeRequest(auto=True)  # as asked: the command writes no ratio
+    assert plan.setting == "auto: ratio 1.08 (SGLang sizes it at start)"
     assert plan.per_rank_tokens == int(150_000 * ratio) + 1
     assert plan.reason.startswith("auto: ratio 1.08 (SGLang sizes it at start) needs 2 ranks")
     assert plan.to_dict()["mode"] == "auto"
-    assert plan.to_dict()["request"]["auto"] is True
+    assert plan.to_dict()["request"] == {"ratio": None, "size_gb": None, "auto": True}
+    assert plan.to_dict()["setting"] == plan.setting
     assert any(note.startswith("SGLang auto-sizes HiCache at start") for note in plan.notes)
 
 
@@ -132,7 +135,8 @@ def test_auto_counts_what_the_stopped_server_releases() -> None:
     memory = HostMemory(available_bytes=20 * GB, server_held_bytes=20 * GB)
     plan = make_plan(ChangeRequest(auto=True), small_server(), memory, headroom_gb=0)
     device = (150_000 + 1) * SMALL_BYTES
-    assert plan.request.ratio == by_hand(40 * GB, [device, device], 2)
+    assert plan.auto_size is not None
+    assert plan.auto_size.ratio == by_hand(40 * GB, [device, device], 2)
 
 
 def test_an_explicit_ratio_on_an_auto_sized_server_says_it_turns_auto_sizing_off() -> None:
