@@ -39,12 +39,12 @@ def reported_mismatch(info: Mapping[str, Any], applied: HiCacheSetting) -> str |
         return None
     if size:
         return f"the server reports hicache_size={size}, which overrides the applied ratio"
-    if applied.ratio is None and "hicache_host_memory_fraction" in info:
-        if info["hicache_host_memory_fraction"] is None:
-            return (
-                "the server reports hicache_host_memory_fraction=None (auto-sizing off), but "
-                "neither --hicache-ratio nor --hicache-size was applied"
-            )
+    fraction_key = "hicache_host_memory_fraction"
+    if applied.ratio is None and fraction_key in info and info[fraction_key] is None:
+        return (
+            "the server reports hicache_host_memory_fraction=None (auto-sizing off), but "
+            "neither --hicache-ratio nor --hicache-size was applied"
+        )
     raw = info.get("hicache_ratio")
     ratio = DEFAULT_HICACHE_RATIO if raw is None else float(raw)
     assert want.ratio is not None

@@ -161,11 +161,14 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/plans", {"content": b"ratio=4"}, "body"),
     ("/v1/plans", {"content": b"ratio=4", "headers": JSON}, "body"),
     ("/v1/plans", {"json": [4]}, "body"),
-    ("/v1/plans", {"json": {"auto": True, "ratio": 2}}, "give \\\"auto\\\" alone"),
+    ("/v1/plans", {"json": {"auto": True, "ratio": 2}}, 'give \\"auto\\" alone'),
     ("/v1/plans", {"json": {"auto": "yes"}}, "auto"),
     ("/v1/operations", {"json": {"kind": "restart", "auto": True, "actor": "ana"}}, "resize"),
-    ("/v1/operations", {"json": {"kind": "resize", "auto": True, "size_gb": 4, "actor": "a"}},
-     "auto"),  # fmt: skip
+    (
+        "/v1/operations",
+        {"json": {"kind": "resize", "auto": True, "size_gb": 4, "actor": "a"}},
+        "auto",
+    ),
     ("/v1/operations", {"json": {"kind": "explode", "actor": "ana"}}, "kind"),
     ("/v1/operations", {"json": {"kind": "resize", "ratio": "abc", "actor": "ana"}}, "ratio"),
     ("/v1/operations", {"json": {"kind": "resize", "ratio": 4, "actor": "x" * 10_000}}, "actor"),
