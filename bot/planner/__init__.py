@@ -22,7 +22,6 @@ from bot.planner._auto_size import (
     start_headroom_bytes,
 )
 from bot.planner._estimate import (
-    ESTIMATE_MARGIN,
     DeviceMemory,
     DevicePoolEstimate,
     DevicePoolSource,
@@ -59,7 +58,6 @@ __all__ = [
     "DEFAULT_HEADROOM_GB",
     "DEFAULT_PIN_SECONDS_PER_GB",
     "DEFAULT_SGLANG_VERSION",
-    "ESTIMATE_MARGIN",
     "GB",
     "SGLANG_HOST_RESERVE_BYTES",
     "AutoSize",

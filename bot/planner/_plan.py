@@ -12,7 +12,8 @@ Budget rule (README.md, The budget rule)::
 A ratio multiplies the target model's device pool (never a draft model's pool beside it); when
 the pool cannot be told, the ratio is refused with the reason (``refused_by`` missing_facts).
 When no start ever logged the pool, it is estimated from the model's files and the GPUs, an
-upper bound planned with a margin (``_estimate``): ``device_pool_source`` is then "estimate".
+upper bound of what the GPUs hold at the server's fraction (``_estimate``): ``device_pool_source``
+is then "estimate".
 
 ``auto`` (neither flag, SGLang >= 0.5.23) is planned on the ratio SGLang's auto-sizing will pick
 at start (``_auto_size``), from the headroom the start will see; an explicit ratio or size on a
@@ -403,7 +404,7 @@ def _ratio_pool(request: ChangeRequest, server: ServerFacts, pool: DevicePool) -
         return None
     size = "" if pool.logged_kv_gib is None else f", {pool.logged_kv_gib:.2f} GiB per rank"
     if server.device_pool_source is DevicePoolSource.ESTIMATE:
-        size = ", estimated with its margin"
+        size = ", an upper bound estimated from the model's files"
     text = f"the target model's device pool ({pool.tokens:,} tokens{size})"
     if server.device_pool_note:
         text += f"; {server.device_pool_note}"
