@@ -91,6 +91,7 @@ class ApiService(Protocol):
         revision: int | None = None,
         fingerprint: str | None = None,
         caller: str | None = None,
+        auto: bool = False,
     ) -> _Operation: ...
 
     def get(self, op_id: int) -> _Operation: ...
