@@ -32,7 +32,12 @@ from enum import StrEnum
 from typing import Any
 
 from bot.errors import PlanInputError
-from bot.planner._auto_size import AutoSize, auto_size, start_headroom_bytes
+from bot.planner._auto_size import (
+    AUTO_SIZE_DEFAULT_RATIO,
+    AutoSize,
+    auto_size,
+    start_headroom_bytes,
+)
 from bot.planner._estimate import DevicePoolEstimate, DevicePoolSource
 from bot.planner._eta import StartSample, estimate_startup_seconds
 from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num, with_estimated_pool
@@ -139,9 +144,13 @@ class Plan:
     @property
     def setting(self) -> str:
         """The setting in words; for ``auto``, with the ratio SGLang will pick."""
-        if self.auto_size is None:
-            return self.request.phrase()
-        return replace(self.request, ratio=self.auto_size.ratio).phrase()
+        if self.auto_size is not None:
+            return replace(self.request, ratio=self.auto_size.ratio).phrase()
+        if self.request.auto:
+            return (
+                f"auto: ratio {AUTO_SIZE_DEFAULT_RATIO:g} (SGLang {self.sglang_version}'s default)"
+            )
+        return self.request.phrase()
 
     @property
     def per_rank_gb(self) -> float | None:
@@ -231,6 +240,8 @@ def make_plan(
         notes.append(auto.describe())
     if request.explicit and server.sized_by_sglang and server.version.auto_sizes_hicache:
         warnings.append(auto_sizing_off(request))
+    if request.auto and not server.version.auto_sizes_hicache:
+        warnings.append(no_auto_sizing(server.version))
     if per_token is not None:
         notes.append(f"KV bytes per token {per_token.value:,}: {per_token.note}")
     if isinstance(estimate, DevicePoolEstimate):
@@ -347,10 +358,12 @@ def _auto_sized(
     if not request.auto:
         return request, None, None
     if not server.version.auto_sizes_hicache:
-        return request, None, no_auto_sizing(server.version)
+        # Neither flag is SGLang's default ratio there: planned as such, said in a warning.
+        return replace(request, ratio=AUTO_SIZE_DEFAULT_RATIO), None, None
     device = _device_bytes(pool, server.page_size)
     if device is None:
-        return request, None, None  # the missing pool is refused as for any ratio
+        # The missing pool is refused as for any ratio; the default stands in for the phrase.
+        return replace(request, ratio=AUTO_SIZE_DEFAULT_RATIO), None, None
     auto = auto_size(start_headroom_bytes(memory), [device] * server.ranks, server.ranks)
     if isinstance(auto, str):
         return request, None, auto

@@ -152,8 +152,8 @@ def auto_sizing_off(request: ChangeRequest) -> str:
 
 
 def no_auto_sizing(version: SGLangVersion) -> str:
-    """The refusal of ``auto`` on a version that has no auto-sizing."""
+    """The warning on ``auto`` for a version that has no auto-sizing."""
     return (
-        f"SGLang {version} has no HiCache auto-sizing (0.5.23 and later have it); with neither "
-        "--hicache-ratio nor --hicache-size it takes ratio 2: ask for a ratio or a size"
+        f"SGLang {version} has no HiCache auto-sizing (0.5.23 and later have it): with neither "
+        "--hicache-ratio nor --hicache-size it takes ratio 2, whatever RAM the host has"
     )

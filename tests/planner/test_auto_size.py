@@ -163,14 +163,16 @@ def test_no_auto_sizing_warning_where_there_is_none_to_turn_off() -> None:
         assert not any("auto-sizing" in w for w in plan.warnings)
 
 
-def test_auto_on_a_version_without_auto_sizing_is_refused_with_the_reason() -> None:
-    """SGLang 0.5.9 has no auto-sizing: auto is refused, saying it would take ratio 2."""
+def test_auto_on_a_version_without_auto_sizing_is_planned_on_its_default_ratio() -> None:
+    """SGLang 0.5.9 has no auto-sizing: neither flag is its default ratio 2, planned so, with a
+    warning saying it, and the setting reads "auto: ratio 2 (SGLang 0.5.9's default)"."""
     pool = DevicePool(tokens=150_000, bytes_per_token=SMALL_BYTES)
     server = ServerFacts(ranks=2, device_pool=pool, version=V059)
     plan = make_plan(ChangeRequest(auto=True), server, HostMemory(available_bytes=60 * GB))
-    assert not plan.fits
-    assert plan.refused_by is RefusedBy.SGLANG
-    assert "SGLang 0.5.9 has no HiCache auto-sizing" in plan.reason
+    assert plan.auto_size is None
+    assert plan.per_rank_tokens == 300_001
+    assert plan.setting == "auto: ratio 2 (SGLang 0.5.9's default)"
+    assert any("SGLang 0.5.9 has no HiCache auto-sizing" in w for w in plan.warnings)
 
 
 def test_auto_with_no_memory_after_the_reserve_is_refused_as_sglang_would() -> None:
@@ -180,3 +182,12 @@ def test_auto_with_no_memory_after_the_reserve_is_refused_as_sglang_would() -> N
     plan = make_plan(ChangeRequest(auto=True), small_server(), memory, headroom_gb=0)
     assert plan.refused_by is RefusedBy.SGLANG
     assert "refuses to start" in plan.reason
+
+
+def test_auto_without_a_device_pool_is_refused_for_the_missing_pool() -> None:
+    """Nothing gives the device pool (no start, no model files): auto cannot be sized, and the
+    refusal says the pool is unknown, as for a ratio."""
+    server = ServerFacts(ranks=2, version=V0523, sized_by_sglang=True)
+    plan = make_plan(ChangeRequest(auto=True), server, HostMemory(available_bytes=60 * GB))
+    assert plan.refused_by is RefusedBy.MISSING_FACTS
+    assert "needs the device pool's size, which is unknown" in plan.reason

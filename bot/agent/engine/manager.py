@@ -236,6 +236,8 @@ class OperationManager:
             if not effective.enabled:
                 return None, None  # no host pool: nothing to budget
             request = ChangeRequest(ratio=effective.ratio, size_gb=effective.size_gb)
+            if setting.ratio is None and setting.size_gb is None:
+                request = ChangeRequest(auto=True)  # neither flag: SGLang sizes it (0.5.23)
         plan, fresh = self.planner(request)
         return plan, fresh
 

@@ -56,3 +56,25 @@ def test_auto_beside_a_ratio_is_refused_and_changes_nothing(backend_rig: Rigs) -
     with pytest.raises(InputError, match="give it alone"):
         rig.manager().submit("resize", actor="ana", ratio=2, auto=True)
     assert rig.control().read_command() == before
+
+
+@pytest.mark.parametrize(
+    ("version", "setting"),
+    [("0.5.23", "auto: ratio "), ("0.5.9", "auto: ratio 2 (SGLang 0.5.9's default)")],
+)
+def test_a_restart_of_a_server_without_flags_is_planned_as_sglang_sizes_it(
+    backend_rig: Rigs, version: str, setting: str
+) -> None:
+    """A 0.5.23 server started with neither flag is restarted on the ratio SGLang's auto-sizing
+    picks; on 0.5.9 the same command is planned on its default ratio 2, with a warning."""
+    rig = backend_rig(*SMALL, env={"KIMI_SIM_VERSION": version})
+    rig.start_server()
+    manager = rig.manager()
+    op = manager.submit("restart", actor="ana")
+    assert op.plan is not None
+    assert op.plan["setting"].startswith(setting), op.plan["setting"]
+    assert op.plan["mode"] == "auto"
+    assert (op.plan["auto_size"] is None) == (version == "0.5.9")
+    assert any("no HiCache auto-sizing" in w for w in op.plan["warnings"]) == (version == "0.5.9")
+    final = wait_final(manager, op.id)
+    assert final.state == "ready", manager.state.events(op.id)[-1].message
