@@ -23,7 +23,8 @@ def test_resize_auto_is_proposed_on_sglang_s_ratio_and_applied_without_flags(
 ) -> None:
     """ben proposes auto on a 0.5.23 host serving ratio 2: the proposal reads "auto: ratio R
     (SGLang sizes it at start)"; ana applies it, the server reaches ready
-    and its command carries neither --hicache-ratio nor --hicache-size."""
+    and its command carries neither --hicache-ratio nor --hicache-size; a ratio proposed then
+    warns that it turns auto-sizing off."""
     host = SimHost(version="0.5.23")
     with agent_on_sim(tmp_path / "kimi-01", host) as agent, migrated_store(tmp_path) as store:
         assert isinstance(store, Store)
@@ -39,8 +40,14 @@ def test_resize_auto_is_proposed_on_sglang_s_ratio_and_applied_without_flags(
             started = core.handle(f"apply {proposal.id}", ANA)
             assert isinstance(started, OperationReply), started
             final = core.wait(started.watch, timeout_s=120)
-        assert final is not None
-        assert final.state is OperationState.READY
+            assert final is not None
+            assert final.state is OperationState.READY
+            explicit = core.handle("resize ratio 1.5", BEN)
+            assert isinstance(explicit, ProposalReply), explicit
+            assert any(
+                "writes --hicache-ratio, which turns SGLang's auto-sizing off" in warning
+                for warning in explicit.plan.warnings
+            ), explicit.plan.warnings
         with agent.http() as http:
             status = http.get("/v1/status").json()
         command = next(v["command"] for v in _mappings(status) if "command" in v)
