@@ -10,7 +10,8 @@ parser reads them: ``--flag value``, ``--flag=value``, aliases (``--enable-hicac
        whose effective_phrase() is "size 48 GB/rank (ratio ignored)"
 
 A rewrite changes only the enable flag, ``--hicache-ratio`` and ``--hicache-size``; every other
-argument keeps its place, and flags the command lacked are appended at the end.
+argument keeps its place, and flags the command lacked are appended at the end. A setting with
+neither a ratio nor a size writes neither flag: SGLang sizes the pool itself.
 """
 
 from __future__ import annotations
@@ -322,12 +323,16 @@ def rewrite_hicache(argv: Sequence[str], setting: HiCacheSetting) -> list[str]:
     - off: the enable flag (every alias) is removed; ratio and size flags stay (inert).
     - size N: ``--hicache-size N`` (replaced in place or appended); the ratio flag is kept,
       since the size wins.
-    - ratio R (or no size and no ratio: SGLang's default 2): ``--hicache-ratio R``, and
-      ``--hicache-size`` is removed, since a size would win over the ratio.
+    - ratio R: ``--hicache-ratio R``, and ``--hicache-size`` is removed, since a size would win
+      over the ratio.
+    - no size and no ratio: both flags are removed, leaving the size to SGLang (0.5.23
+      auto-sizes it to the host; earlier versions take ratio 2). Writing either flag would turn
+      0.5.23's auto-sizing off (docs/sglang.md, Auto-sizing).
     Write policy and I/O backend are never touched.
     """
     _check_setting(setting)
     effective = setting.effective()
+    sized_by_sglang = setting.enabled and setting.ratio is None and not setting.size_gb
     found = _scan(argv)
     drop: set[int] = set()
     replace: dict[int, str] = {}
@@ -356,7 +361,10 @@ def rewrite_hicache(argv: Sequence[str], setting: HiCacheSetting) -> list[str]:
     else:
         if _last(found, ENABLE) is None:
             appended.append(ENABLE)
-        if effective.size_gb is not None:
+        if sized_by_sglang:
+            remove(RATIO)
+            remove(SIZE)
+        elif effective.size_gb is not None:
             appended += put(SIZE, str(effective.size_gb))
         else:
             assert effective.ratio is not None  # effective() always sets one of the two

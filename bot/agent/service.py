@@ -132,12 +132,14 @@ class AgentService:
         revision: int | None = None,
         fingerprint: str | None = None,
         caller: str | None = None,
+        auto: bool = False,
     ) -> OperationView:
         return self.manager.submit(
             kind,
             actor,
             ratio=ratio,
             size_gb=size_gb,
+            auto=auto,
             revision=revision,
             fingerprint=fingerprint,
             caller=caller,

@@ -28,13 +28,14 @@ VERBS: tuple[str, ...] = (
 
 USAGE: dict[str, str] = {
     "help": "help | status [host] | resize ratio <R> [host] | resize size <GB> [host] | "
+    "resize auto [host] | "
     "apply <proposal> | cancel <proposal> | restart [host] | rollback [revision] [host] | "
     "history [n] [host] | hosts | report [host] | report every <interval> | "
     "report daily HH:MM | report off | report schedules | fleets | "
     "resize ratio <R> fleet <name> | restart fleet <name> | rollback fleet <name> | "
     "resume fleet <name> | fleet <name> rejoin <host>",
     "status": "status [host]",
-    "resize": "resize ratio <R> [host] | resize size <GB> [host] | "
+    "resize": "resize ratio <R> [host] | resize size <GB> [host] | resize auto [host] | "
     "resize ratio <R> fleet <name> | resize size <GB> fleet <name>",
     "apply": "apply <proposal>",
     "cancel": "cancel <proposal>",
@@ -54,6 +55,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("status", "config, health, KV capacity, host RAM and GPUs of the default host"),
     ("resize ratio 4", "propose host pool = 4 x device pool; shows the RAM it needs"),
     ("resize size 48 kimi-02", "propose 48 GB per rank on host kimi-02"),
+    ("resize auto", "propose no ratio or size: SGLang 0.5.23 fits the pool to the host's RAM"),
     ("apply 12", "apply proposal #12 (allowed appliers only)"),
     ("cancel 12", "withdraw proposal #12"),
     ("restart", "restart with the current config, with progress"),

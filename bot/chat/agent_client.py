@@ -126,8 +126,9 @@ class AgentClient:
         return self._parse(AgentStatus.from_json, body, "status")
 
     def plan(self, ratio: float | None = None, size_gb: int | None = None) -> PlannedChange:
-        """Size a change on live facts. A value SGLang itself rejects is
-        :class:`AgentPlanRefused`; an over-budget change comes back as a refused plan."""
+        """Size a change on live facts; neither a ratio nor a size is ``auto`` (SGLang 0.5.23
+        sizes the pool itself). A value SGLang itself rejects is :class:`AgentPlanRefused`; an
+        over-budget change comes back as a refused plan."""
         body = self._call("POST", "/v1/plans", json=_sizing(ratio, size_gb))
         return self._parse(
             lambda b: PlannedChange(AgentPlan.from_json(b["plan"]), str(b["fingerprint"])),
@@ -307,12 +308,14 @@ def revisions_source(
     return answer
 
 
-def _sizing(ratio: float | None, size_gb: int | None) -> dict[str, float]:
+def _sizing(ratio: float | None, size_gb: int | None) -> dict[str, float | bool]:
+    """The body's sizing: a size, a ratio, or neither, which is auto-sizing (``resize auto``,
+    a proposal recorded with neither)."""
     if size_gb is not None:
         return {"size_gb": float(size_gb)}
     if ratio is not None:
         return {"ratio": float(ratio)}
-    return {}
+    return {"auto": True}
 
 
 def _json(response: httpx.Response) -> Any:

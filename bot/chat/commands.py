@@ -42,11 +42,13 @@ class Status:
 
 @dataclass(frozen=True)
 class Resize:
-    """A HiCache change: exactly one of ``ratio`` and ``size_gb`` is set."""
+    """A HiCache change: exactly one of ``ratio`` and ``size_gb`` is set, or neither with
+    ``auto`` (``resize auto``: SGLang >= 0.5.23 sizes the host pool itself)."""
 
     ratio: float | None = None
     size_gb: int | None = None
     host: str | None = None
+    auto: bool = False
 
 
 @dataclass(frozen=True)

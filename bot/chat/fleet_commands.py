@@ -250,10 +250,20 @@ def _single_host_refused(ctx: Context, host: str | None, what: str, fleet_cmd: s
     return FleetRefusalReply(FleetRefusal(fleet, f"{what} on {name}", ((name, why),), ()))
 
 
+def _fleet_resize(ratio: float | None, size_gb: float | None) -> str:
+    """The fleet command for a resize asked of one replica; a fleet resize takes a ratio or a
+    size, so one with neither (auto-sizing, each host's own figure) names the form to use."""
+    if size_gb is not None:
+        return f"resize size {size_gb:g} fleet {{fleet}}"
+    if ratio is not None:
+        return f"resize ratio {ratio:g} fleet {{fleet}}"
+    return "resize ratio <R> fleet {fleet}"
+
+
 def host_resize(ctx: Context, actor: Actor, command: Resize) -> Reply:
     """``resize ... [host]``: refused on a fleet's replica, else the host's proposal."""
-    value = f"size {command.size_gb}" if command.size_gb is not None else f"ratio {command.ratio:g}"
-    blocked = _single_host_refused(ctx, command.host, "resize", f"resize {value} fleet {{fleet}}")
+    instead = _fleet_resize(command.ratio, command.size_gb)
+    blocked = _single_host_refused(ctx, command.host, "resize", instead)
     return blocked or change_commands.resize(ctx, actor, command)
 
 
@@ -282,11 +292,11 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
         except NotFound:
             terms = None
         if terms is not None and terms.host in ctx.settings.host_names:
-            setting = (
-                f"size {terms.size_gb}" if terms.size_gb is not None else f"ratio {terms.ratio:g}"
-            )
             blocked = _single_host_refused(
-                ctx, terms.host, f"proposal #{terms.id}", f"resize {setting} fleet {{fleet}}"
+                ctx,
+                terms.host,
+                f"proposal #{terms.id}",
+                _fleet_resize(terms.ratio, terms.size_gb),
             )
             if blocked is not None:
                 return blocked

@@ -6,9 +6,11 @@ and an optional host name comes last::
 
     parse("Resize  ratio 4 kimi-01", hosts=("kimi-01",))
     -> Resize(ratio=4.0, size_gb=None, host="kimi-01")
+    parse("resize auto", hosts=("kimi-01",))
+    -> Resize(ratio=None, size_gb=None, host=None, auto=True)
     parse("resize size 44.5", hosts=("kimi-01",))
     -> UsageError: size '44.5' is not a whole number of GB; SGLang takes whole GB per rank
-       (try 44 or 45)  /  usage: resize ratio <R> [host] | resize size <GB> [host]
+       (try 44 or 45)  /  usage: resize ratio <R> [host] | resize size <GB> [host] | ...
 
 Numbers are ASCII digits only: Python's ``float`` would also take ``nan``, ``1_000`` and Arabic
 digits, none of which a person means as a HiCache setting.
@@ -264,10 +266,12 @@ def _hosts(words: _Words) -> Hosts:
 
 def _resize(words: _Words) -> Resize | FleetResize:
     if not words.args:
-        raise words.fail("resize needs 'ratio <R>' or 'size <GB>'")
+        raise words.fail("resize needs 'ratio <R>', 'size <GB>' or 'auto'")
     mode = words.args.pop(0).lower()
-    if mode not in ("ratio", "size"):
-        raise words.fail(f"resize takes 'ratio' or 'size', not {_shown(mode)}")
+    if mode not in ("ratio", "size", "auto"):
+        raise words.fail(f"resize takes 'ratio', 'size' or 'auto', not {_shown(mode)}")
+    if mode == "auto":
+        return _resize_auto(words)
     fleet = words.take_fleet()
     if fleet is not None:
         if len(words.args) != 1:
@@ -285,6 +289,19 @@ def _resize(words: _Words) -> Resize | FleetResize:
     if mode == "ratio":
         return Resize(ratio=_ratio(words, value), host=host)
     return Resize(size_gb=_size(words, value), host=host)
+
+
+def _resize_auto(words: _Words) -> Resize:
+    """``resize auto [host]``: neither flag, so SGLang 0.5.23 sizes the host pool at start."""
+    if words.args and words.args[0].lower() == "fleet":
+        raise words.fail("resize auto takes a host, not a fleet: give each replica its own")
+    if words.args and _DECIMAL.fullmatch(words.args[0].lstrip("-")):
+        raise words.fail(
+            f"resize auto takes no value ({_shown(words.args[0])}): SGLang picks the ratio itself"
+        )
+    host = words.take_host(0)
+    words.done()
+    return Resize(auto=True, host=host)
 
 
 def _ratio(words: _Words, value: str) -> float:

@@ -12,8 +12,16 @@
 
 from __future__ import annotations
 
+from bot.planner._auto_size import (
+    AUTO_SIZE_DEFAULT_RATIO,
+    AUTO_SIZE_FRACTION,
+    AUTO_SIZE_SLACK,
+    AutoSize,
+    auto_size,
+    per_rank_budget_bytes,
+    start_headroom_bytes,
+)
 from bot.planner._estimate import (
-    ESTIMATE_MARGIN,
     DeviceMemory,
     DevicePoolEstimate,
     DevicePoolSource,
@@ -58,13 +66,16 @@ from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
 from bot.planner._version import DEFAULT_SGLANG_VERSION, SGLangVersion
 
 __all__ = [
+    "AUTO_SIZE_DEFAULT_RATIO",
+    "AUTO_SIZE_FRACTION",
+    "AUTO_SIZE_SLACK",
     "DEFAULT_HEADROOM_GB",
     "DEFAULT_PIN_SECONDS_PER_GB",
     "DEFAULT_SGLANG_VERSION",
-    "ESTIMATE_MARGIN",
     "GB",
     "SGLANG_HOST_RESERVE_BYTES",
     "SWA_POOL",
+    "AutoSize",
     "BytesPerToken",
     "BytesSource",
     "ChangeRequest",
@@ -89,6 +100,7 @@ __all__ = [
     "StartSample",
     "StorageBackend",
     "Verdict",
+    "auto_size",
     "default_mem_fraction_static",
     "default_ratio",
     "element_bytes",
@@ -102,5 +114,7 @@ __all__ = [
     "make_plan",
     "mooncake_segment",
     "parse_extra_config",
+    "per_rank_budget_bytes",
     "resolve_bytes_per_token",
+    "start_headroom_bytes",
 ]

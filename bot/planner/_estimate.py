@@ -1,5 +1,5 @@
-"""An upper-bound estimate of one rank's device KV pool, for a server that has never logged it
-(docs/sglang.md, Device pool before the first start)::
+"""An upper bound of one rank's device KV pool, for a server that has never logged it
+(docs/sglang.md, First-start estimate)::
 
     fraction = --mem-fraction-static, else the most SGLang 0.5.x picks by itself:
                round((GPU MiB - reserve) / GPU MiB, 3), reserve = 512 + 2048 x 1.5
@@ -7,17 +7,21 @@
     weights  = the checkpoint's total size / (tp x pp)
     KV bytes = GPU memory x fraction - weights per rank
     tokens   = KV bytes // KV bytes per token, page aligned down
-    planned  = ceil(tokens x (1 + ESTIMATE_MARGIN))
-    both capped by --max-total-tokens, which SGLang never exceeds
+    capped by --max-total-tokens, which SGLang never exceeds
 
-SGLang itself sizes the pool as ``memory free before loading x fraction - memory the weights
-took`` (``profile_max_num_token``); NVML's total is at least that free memory, its own default
-fraction reserves more than the least reserve above (CUDA graphs, a longer chunked prefill,
-speculative decoding), and a draft model's pool beside the target's is not subtracted: each
-factor errs toward more tokens. What can err the other way is a checkpoint holding weights the
-server does not load (an MTP layer without speculative decoding, a vision tower): the margin is
-for that. Kimi-K2.5 on 96 GiB GPUs, TP 8, no fraction given: 96 GiB x 0.896 - 72.33 GiB =
-13.69 GiB, 209,119 tokens at 70,272 B, planned on 230,031.
+The bound holds by construction, not by a margin. SGLang sizes the pool as ``free memory after
+loading (least over ranks) - memory free before loading x (1 - fraction)``
+(``mem_cache/kv_cache_configurator.py``, ``_profile_available_bytes``), that is ``memory free
+before loading x fraction - everything loading left resident``. Free memory before loading is at
+most the GPU's total (NVML's, of the smallest GPU); on GPUs that start alike, what loading left
+on the rank with the least free memory is at least the weights' mean share, the checkpoint /
+(tp x pp), when the server loads every tensor of it at its stored size; the pool then divides
+that by a cell at least the target's bytes per token (draft and sliding-window pools take their
+share too), and aligns to a page as we do. Where the server loads less than its
+checkpoint (an MTP layer without speculative decoding, a vision tower it skips, weights quantized
+on load) the bound can fall short: the startup guard then checks the real start, and once the
+server has started its logged pool replaces the estimate. Kimi-K2.5 on 96 GiB GPUs, TP 8, no
+fraction given: 96 GiB x 0.896 - 72.33 GiB = 13.69 GiB, 209,119 tokens at 70,272 B.
 """
 
 from __future__ import annotations
@@ -30,17 +34,12 @@ from bot.errors import PlanInputError
 from bot.planner._units import GiB
 
 __all__ = [
-    "ESTIMATE_MARGIN",
     "DeviceMemory",
     "DevicePoolEstimate",
     "DevicePoolSource",
     "default_mem_fraction_static",
     "estimate_device_pool",
 ]
-
-#: How much the planned device pool exceeds the estimate, so a checkpoint holding weights the
-#: server never loads (about a tenth of the pool for an MTP layer on a 96 GiB GPU) stays covered.
-ESTIMATE_MARGIN = 0.10
 
 _MiB = 1024**2
 # SGLang 0.5.x's least reserve: 512 MiB of metadata, the activations of at least 2,048 tokens at
@@ -91,15 +90,18 @@ class DeviceMemory:
 
 @dataclass(frozen=True)
 class DevicePoolEstimate:
-    """The estimate and the figures it came from: ``tokens`` is the upper bound, ``planned_tokens``
-    the pool the plan multiplies (``tokens`` plus ``margin``)."""
+    """The estimate and the figures it came from: ``tokens`` is the upper bound of the pool,
+    the one the plan multiplies."""
 
     memory: DeviceMemory
     bytes_per_token: int
     kv_bytes: int
     tokens: int
-    margin: float
-    planned_tokens: int
+
+    @property
+    def planned_tokens(self) -> int:
+        """The device pool a plan multiplies: the bound itself."""
+        return self.tokens
 
     def describe(self) -> str:
         """The arithmetic in one sentence, for the plan's notes."""
@@ -112,8 +114,8 @@ class DevicePoolEstimate:
             f"{memory.gpu_memory_bytes / GiB:.2f} GiB GPU x {memory.mem_fraction_static:g} "
             f"({fraction}) - {memory.weights_bytes_per_rank / GiB:.2f} GiB weights per rank = "
             f"{self.kv_bytes / GiB:.2f} GiB, {self.tokens:,} tokens at {self.bytes_per_token:,} "
-            f"B{capped}; planned on {self.planned_tokens:,} tokens (+{self.margin:.0%} margin). "
-            "It is an upper bound: the startup guard stops the start if the logged host pool "
+            f"B{capped}, an upper bound of the pool SGLang sizes in what the GPU holds at that "
+            "fraction. The startup guard stops the start if the logged host pool "
             "exceeds the budget, and once the server has started its logged pool replaces the "
             "estimate"
         )
@@ -146,17 +148,9 @@ def estimate_device_pool(
             f"KV pool in {memory.gpu_memory_bytes / GiB:.2f} GiB x "
             f"{memory.mem_fraction_static:g}"
         )
-    planned = math.ceil(tokens * (1 + ESTIMATE_MARGIN))
     cap = memory.max_total_tokens
     if cap is not None:
-        # SGLang takes min(profiled, --max-total-tokens): the cap bounds the estimate and the
-        # margin alike, exactly.
-        tokens, planned = min(tokens, cap), min(planned, cap)
+        tokens = min(tokens, cap)  # SGLang takes min(profiled, --max-total-tokens)
     return DevicePoolEstimate(
-        memory=memory,
-        bytes_per_token=bytes_per_token,
-        kv_bytes=kv_bytes,
-        tokens=tokens,
-        margin=ESTIMATE_MARGIN,
-        planned_tokens=planned,
+        memory=memory, bytes_per_token=bytes_per_token, kv_bytes=kv_bytes, tokens=tokens
     )

@@ -30,20 +30,39 @@ def num(value: float) -> str:
 @dataclass(frozen=True)
 class ChangeRequest:
     """A requested HiCache setting: a ratio, a size in GB per rank, or both (size wins, as in
-    SGLang). Values are kept as given so the planner can say why SGLang would refuse them."""
+    SGLang); or ``auto``: neither flag, so SGLang >= 0.5.23 picks the ratio at start (the plan
+    fills ``ratio`` with the one it will pick). Values are kept as given so the planner can say
+    why SGLang would refuse them."""
 
     ratio: float | None = None
     size_gb: float | None = None
+    auto: bool = False
 
     def __post_init__(self) -> None:
-        if self.ratio is None and self.size_gb is None:
+        if self.auto and self.size_gb is not None:
+            raise PlanInputError(
+                "auto-sizing writes neither --hicache-ratio nor --hicache-size; "
+                f"ask for auto or for size {num(self.size_gb)}, not both"
+            )
+        if not self.auto and self.ratio is None and self.size_gb is None:
             raise PlanInputError("a HiCache change needs a ratio or a size in GB per rank")
 
     @property
     def mode(self) -> str:
+        if self.auto:
+            return "auto"
         return "size" if self.size_gb is not None else "ratio"
 
+    @property
+    def explicit(self) -> bool:
+        """Writes --hicache-ratio or --hicache-size, which turns SGLang's auto-sizing off."""
+        return not self.auto
+
     def phrase(self) -> str:
+        if self.auto:
+            if self.ratio is None:
+                return "auto"
+            return f"auto: ratio {self.ratio:.2f} (SGLang sizes it at start)"
         if self.size_gb is not None:
             return f"size {num(self.size_gb)} GB/rank"
         assert self.ratio is not None
@@ -64,6 +83,7 @@ class ServerFacts:
     ``host_pool_flags`` are the command line's other host-pool flags (PD disaggregation, decode
     offload, host memory mode, storage backend and Mooncake's segment); ``hybrid_pools`` a
     hybrid sliding-window model's two device pools, each of which gets a host pool.
+    ``sized_by_sglang`` says the running command line leaves the size to SGLang.
     """
 
     ranks: int
@@ -83,6 +103,9 @@ class ServerFacts:
     device_pool_missing: str | None = None
     host_pool_flags: HostPoolFlags = field(default_factory=HostPoolFlags)
     hybrid_pools: HybridPools | None = None
+    #: The running command line writes neither --hicache-ratio nor --hicache-size (HiCache on):
+    #: on a version that auto-sizes, SGLang picks the ratio at each start.
+    sized_by_sglang: bool = False
 
     def __post_init__(self) -> None:
         if self.ranks < 1:

@@ -16,7 +16,12 @@ Budget rule (README.md, The budget rule)::
 A ratio multiplies the target model's device pool (never a draft model's pool beside it); when
 the pool cannot be told, the ratio is refused with the reason (``refused_by`` missing_facts).
 When no start ever logged the pool, it is estimated from the model's files and the GPUs, an
-upper bound planned with a margin (``_estimate``): ``device_pool_source`` is then "estimate".
+upper bound of what the GPUs hold at the server's fraction (``_estimate``): ``device_pool_source``
+is then "estimate".
+
+``auto`` (neither flag, SGLang >= 0.5.23) is planned on the ratio SGLang's auto-sizing will pick
+at start (``_auto_size``), from the headroom the start will see; an explicit ratio or size on a
+server SGLang sizes itself is planned as asked, with a warning that it turns auto-sizing off.
 
 SGLang sizes one pool per local rank (TP x PP x DP on the host): eight ranks of
 ``--hicache-size 300`` ask for 2.4 TB, which no 449 GB host has.
@@ -26,17 +31,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from bot.errors import PlanInputError
+from bot.planner._auto_size import (
+    AUTO_SIZE_DEFAULT_RATIO,
+    AutoSize,
+    auto_size,
+    start_headroom_bytes,
+)
 from bot.planner._estimate import DevicePoolEstimate, DevicePoolSource
 from bot.planner._eta import StartSample, estimate_startup_seconds
 from bot.planner._facts import ChangeRequest, HostMemory, ServerFacts, num, with_estimated_pool
 from bot.planner._host_pools import (
     SWA_POOL,
     HostPoolPlan,
+    default_ratio,
     hybrid_pools_for_ratio,
     hybrid_pools_for_size,
     mooncake_pools,
@@ -55,9 +67,11 @@ from bot.planner._sizing import (
 )
 from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES, GiB
 from bot.planner._wording import (
+    auto_sizing_off,
     budget_sentence,
     host_not_larger,
     larger_than_device,
+    no_auto_sizing,
     sentence,
     sglang_would_reject,
     suggestion,
@@ -97,6 +111,8 @@ class Plan:
     ``device_pool_estimate`` holds the figures (``device_tokens`` is then its planned tokens).
     ``host_pools`` is every host allocation of one rank, the KV host pool first, each with the
     rule that sized it; ``host_extra_bytes_per_rank`` holds all but the first by name.
+    For ``auto``, ``request`` is as asked (no ratio: none is written) and ``auto_size`` holds the
+    ratio SGLang will pick, which the host pool figures are sized on.
     """
 
     request: ChangeRequest
@@ -136,10 +152,22 @@ class Plan:
     device_pool_source: DevicePoolSource | None = None
     device_pool_estimate: DevicePoolEstimate | None = None
     host_pools: tuple[HostPoolPlan, ...] = ()
+    auto_size: AutoSize | None = None
 
     @property
     def fits(self) -> bool:
         return self.verdict is Verdict.FITS
+
+    @property
+    def setting(self) -> str:
+        """The setting in words; for ``auto``, with the ratio SGLang will pick."""
+        if self.auto_size is not None:
+            return replace(self.request, ratio=self.auto_size.ratio).phrase()
+        if self.request.auto:
+            return (
+                f"auto: ratio {AUTO_SIZE_DEFAULT_RATIO:g} (SGLang {self.sglang_version}'s default)"
+            )
+        return self.request.phrase()
 
     @property
     def per_rank_gb(self) -> float | None:
@@ -152,9 +180,13 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, plus the GB figures a reader wants."""
         data = asdict(self)
-        data["request"] = {"ratio": self.request.ratio, "size_gb": self.request.size_gb}
+        data["request"] = {
+            "ratio": self.request.ratio,
+            "size_gb": self.request.size_gb,
+            "auto": self.request.auto,
+        }
         data["mode"] = self.request.mode
-        data["setting"] = self.request.phrase()
+        data["setting"] = self.setting
         data["verdict"] = self.verdict.value
         data["warnings"] = list(self.warnings)
         data["notes"] = list(self.notes)
@@ -210,6 +242,8 @@ def make_plan(
         bytes_per_token = None if per_token is None else per_token.value
         estimate, server = with_estimated_pool(server, bytes_per_token)
     pool = _resolved_pool(server, per_token)
+    asked = request
+    request, auto, auto_refusal = _auto_sized(request, server, pool, memory)
     free_after_stop = memory.free_after_stop_bytes
     headroom = headroom_gb * GB
     budget = free_after_stop - SGLANG_HOST_RESERVE_BYTES - headroom
@@ -220,13 +254,19 @@ def make_plan(
     ratio_pool = _ratio_pool(request, server, pool)
     if ratio_pool is not None:
         notes.append(f"ratio multiplies {ratio_pool}")
+    if auto is not None:
+        notes.append(auto.describe())
+    if request.explicit and server.sized_by_sglang and server.version.auto_sizes_hicache:
+        warnings.append(auto_sizing_off(request))
+    if request.auto and not server.version.auto_sizes_hicache:
+        warnings.append(no_auto_sizing(server.version))
     if per_token is not None:
         notes.append(f"KV bytes per token {per_token.value:,}: {per_token.note}")
     if isinstance(estimate, DevicePoolEstimate):
         notes.append(estimate.describe())
 
     refused_by: RefusedBy | None = None
-    refusal = sglang_would_reject(request, server, pool)
+    refusal = auto_refusal or sglang_would_reject(request, server, pool)
     if refusal is None:
         refusal = rejected_by_sglang(server.host_pool_flags, server.hybrid_pools is not None)
     if refusal is not None:
@@ -303,7 +343,7 @@ def make_plan(
         # rank) reads as a promise.
         expected = estimate_startup_seconds(history, size.bytes / GB)
     return Plan(
-        request=request,
+        request=asked,
         verdict=verdict,
         reason=reason,
         ranks=server.ranks,
@@ -340,7 +380,42 @@ def make_plan(
         device_pool_source=None if pool.kv_bytes is None else server.device_pool_source,
         device_pool_estimate=estimate if isinstance(estimate, DevicePoolEstimate) else None,
         host_pools=pools,
+        auto_size=auto,
     )
+
+
+def _auto_sized(
+    request: ChangeRequest, server: ServerFacts, pool: DevicePool, memory: HostMemory
+) -> tuple[ChangeRequest, AutoSize | None, str | None]:
+    """For ``auto``: the request with the ratio SGLang will pick, its figures, or why SGLang
+    refuses; any other request as it is."""
+    if not request.auto:
+        return request, None, None
+    # The ratio SGLang starts from: 2, or buffer_only's 1.2 (auto-sizing only lowers it).
+    requested, _ = default_ratio(server.host_pool_flags, hicache_enabled=True)
+    if not server.version.auto_sizes_hicache:
+        # Neither flag is SGLang's default ratio there: planned as such, said in a warning.
+        return replace(request, ratio=requested), None, None
+    device = _device_bytes(pool, server.page_size)
+    if device is None:
+        # The missing pool is refused as for any ratio; the default stands in for the phrase.
+        return replace(request, ratio=requested), None, None
+    auto = auto_size(
+        start_headroom_bytes(memory), [device] * server.ranks, server.ranks, requested=requested
+    )
+    if isinstance(auto, str):
+        return request, None, auto
+    return replace(request, ratio=auto.ratio), auto, None
+
+
+def _device_bytes(pool: DevicePool, page_size: int) -> int | None:
+    """SGLang's device bytes of the pool (its buffers hold one padding page): exact from the
+    tokens and bytes per token when known, else the pool's bytes as logged."""
+    if pool.tokens is not None and pool.bytes_per_token:
+        return math.ceil((pool.tokens + page_size) * pool.bytes_per_token)
+    if pool.kv_bytes:
+        return math.ceil(pool.kv_bytes)
+    return None
 
 
 def _bytes_per_token(server: ServerFacts) -> tuple[BytesPerToken | None, tuple[str, ...]]:
@@ -380,7 +455,7 @@ def _ratio_pool(request: ChangeRequest, server: ServerFacts, pool: DevicePool) -
         return None
     size = "" if pool.logged_kv_gib is None else f", {pool.logged_kv_gib:.2f} GiB per rank"
     if server.device_pool_source is DevicePoolSource.ESTIMATE:
-        size = ", estimated with its margin"
+        size = ", an upper bound estimated from the model's files"
     text = f"the target model's device pool ({pool.tokens:,} tokens{size})"
     if server.device_pool_note:
         text += f"; {server.device_pool_note}"

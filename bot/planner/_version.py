@@ -68,5 +68,12 @@ class SGLangVersion:
         with N per pool: the side that counts more RAM."""
         return self.key >= (0, 5, 23)
 
+    @property
+    def auto_sizes_hicache(self) -> bool:
+        """0.5.23 lowers the default ratio to fit the host when neither --hicache-ratio nor
+        --hicache-size is given (``mem_cache/hicache_auto_size.py``); 0.5.9 and earlier take
+        ratio 2.0. 0.5.23 is the first release read that has it."""
+        return self.key >= (0, 5, 23)
+
 
 DEFAULT_SGLANG_VERSION = SGLangVersion(0, 5, 9, "0.5.9")

@@ -14,9 +14,11 @@ from bot.planner._units import GB, SGLANG_HOST_RESERVE_BYTES
 from bot.planner._version import SGLangVersion
 
 __all__ = [
+    "auto_sizing_off",
     "budget_sentence",
     "host_not_larger",
     "larger_than_device",
+    "no_auto_sizing",
     "sentence",
     "sglang_would_reject",
     "suggestion",
@@ -154,3 +156,20 @@ def suggestion(request: ChangeRequest, largest_size: int, largest_ratio: float |
 
 def sentence(text: str) -> str:
     return text if text.endswith(".") else text + "."
+
+
+def auto_sizing_off(request: ChangeRequest) -> str:
+    """The warning on an explicit setting for a server SGLang sizes itself."""
+    flag = "--hicache-size" if request.size_gb is not None else "--hicache-ratio"
+    return (
+        f"{request.phrase()} writes {flag}, which turns SGLang's auto-sizing off: the server "
+        "keeps this size whatever memory is free at its next start (resize auto returns to it)"
+    )
+
+
+def no_auto_sizing(version: SGLangVersion) -> str:
+    """The warning on ``auto`` for a version that has no auto-sizing."""
+    return (
+        f"SGLang {version} has no HiCache auto-sizing (0.5.23 and later have it): with neither "
+        "--hicache-ratio nor --hicache-size it takes ratio 2, whatever RAM the host has"
+    )

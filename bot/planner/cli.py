@@ -43,6 +43,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     change.add_argument(
         "--size", type=_number, metavar="GB", help="host pool GB (1e9 bytes) per rank, whole"
     )
+    change.add_argument(
+        "--auto",
+        action="store_true",
+        help="neither flag: SGLang >= 0.5.23 picks the ratio that fits the host at start",
+    )
     parser.add_argument(
         "--ranks", type=positive_int, required=True, help="local ranks (TP x PP x DP on the host)"
     )
@@ -128,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         host_extras=tuple(args.host_extra),
     )
     plan = make_plan(
-        ChangeRequest(ratio=args.ratio, size_gb=args.size),
+        ChangeRequest(ratio=args.ratio, size_gb=args.size, auto=args.auto),
         server,
         HostMemory(
             available_bytes=args.available_gb * GB,
@@ -154,9 +159,7 @@ def _shape(path: str, tp_size: int, kv_cache_dtype: str) -> KvShape:
 
 def render_plan(plan: Plan) -> str:
     """The plan as an operator reads it in a terminal."""
-    lines = [
-        f"HiCache {plan.request.phrase()} on {plan.ranks} ranks (SGLang {plan.sglang_version})"
-    ]
+    lines = [f"HiCache {plan.setting} on {plan.ranks} ranks (SGLang {plan.sglang_version})"]
     if plan.per_rank_bytes is not None and plan.total_bytes is not None:
         tokens = "" if plan.per_rank_tokens is None else f"{plan.per_rank_tokens:>12,} tokens  "
         all_tokens = (

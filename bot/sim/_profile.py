@@ -126,18 +126,29 @@ class HostProfile:
     def device_tokens_at(self, fraction: float) -> int:
         """Device KV tokens for ``--mem-fraction-static fraction``, linear between table points.
 
-        Outside the table the nearest segment is extended, never below zero.
+        Outside the table the nearest segment is extended, never below zero, and never above
+        what SGLang's own rule lets the GPU hold (:meth:`kv_tokens_held`): a real server's pool
+        cannot be larger than its memory.
         """
         points = self.device_tokens
         if len(points) == 1:
-            return points[0][1]
+            return min(points[0][1], self.kv_tokens_held(fraction))
         lo, hi = points[0], points[1]
         for left, right in itertools.pairwise(points):
             lo, hi = left, right
             if fraction <= right[0]:
                 break
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        return max(0, round(lo[1] + slope * (fraction - lo[0])))
+        table = max(0, round(lo[1] + slope * (fraction - lo[0])))
+        return min(table, self.kv_tokens_held(fraction))
+
+    def kv_tokens_held(self, fraction: float) -> int:
+        """SGLang's ``_profile_available_bytes`` on this profile: the memory free after init
+        times ``fraction``, less the weights, over the target's bytes per token (never below 0).
+        """
+        before_load = (self.gpu_free_at_start_gib - self.init_mem_usage_gib) * GIB
+        rest = before_load * fraction - self.weights_gib * GIB
+        return max(0, int(rest // self.kv_bytes_per_token))
 
 
 def model_dir(profile_name: str) -> Path:

@@ -106,6 +106,14 @@ SWA_POOL = re.compile(
 # (0.5.23, logged when the process is in a memory cgroup, before it sizes the host pools: host
 # MemAvailable and the cgroup's headroom)
 HEADROOM = re.compile(r"HiCache memory headroom: host ([\d.]+) GiB, cgroup ([\d.]+) GiB")
+# 0.5.23 with neither --hicache-ratio nor --hicache-size (mem_cache/hicache_auto_size.py), once
+# per rank before its host pools:
+# HiCache auto-sizing: ratio 2.000 -> 1.140; 12.0 GiB host memory per rank (fraction 0.80,
+# 1 ranks on this host), host pools 11.4 GiB.
+AUTO_SIZED = re.compile(
+    r"HiCache auto-sizing: ratio ([\d.]+) -> (-?[\d.]+); ([\d.]+) GiB host memory per rank "
+    r"\(fraction ([\d.]+), (\d+) ranks on this host\), host pools ([\d.]+) GiB"
+)
 
 # max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")

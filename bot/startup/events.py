@@ -26,6 +26,7 @@ __all__ = [
     "FailureKind",
     "FailureSeen",
     "GraphProgress",
+    "HiCacheAutoSized",
     "HostPool",
     "MaxTotalTokens",
     "MemoryHeadroom",
@@ -243,6 +244,28 @@ class MemoryHeadroom:
 
 
 @dataclass(frozen=True, slots=True)
+class HiCacheAutoSized:
+    """0.5.23's auto-sizing, logged by each rank when neither --hicache-ratio nor --hicache-size
+    is given: the ratio it lowered the default to, before any host pool is built.
+
+    ``HiCache auto-sizing: ratio 2.000 -> 1.140; 12.0 GiB host memory per rank (fraction 0.80,
+    1 ranks on this host), host pools 11.4 GiB.`` gives ``requested=2.0, ratio=1.14,
+    budget_gib=12.0, fraction=0.8, ranks=1, host_pools_gib=11.4``. GiB here are 1024**3 bytes,
+    as logged; the ratio has three decimals.
+    """
+
+    rank: str | None
+    requested: float
+    ratio: float
+    budget_gib: float
+    fraction: float
+    ranks: int
+    host_pools_gib: float
+    at: datetime | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
 class MaxTotalTokens:
     """Rank 0's ``max_total_num_tokens=159274, chunked_prefill_size=...`` line: the device pool."""
 
@@ -274,6 +297,7 @@ Event = (
     | GraphProgress
     | DevicePool
     | HostPool
+    | HiCacheAutoSized
     | MaxTotalTokens
     | SlidingWindowSplit
     | SlidingWindowPool

@@ -20,6 +20,7 @@ from datetime import datetime
 
 from bot.startup._failure import FailureTracker
 from bot.startup._patterns import (
+    AUTO_SIZED,
     DEVICE_POOL,
     EOL,
     GRAPHS,
@@ -47,6 +48,7 @@ from bot.startup.events import (
     DialectDetected,
     Event,
     GraphProgress,
+    HiCacheAutoSized,
     HostPool,
     MaxTotalTokens,
     MemoryHeadroom,
@@ -257,6 +259,8 @@ class StartupParser:
                 MemoryHeadroom(rank=rank, host_gib=host, cgroup_gib=cgroup, at=at, line=line)
             )
             return True
+        if "HiCache auto-sizing: " in message:
+            return self._auto_sized(message, line, rank, at, out)
         if "max_total_num_tokens=" in message:
             match = MAX_TOTAL.search(message)
             if match is not None:
@@ -327,6 +331,29 @@ class StartupParser:
             self._detect(dialect, at, line, out)
         self._failure.note_host_line(rank, line)
         out.append(HostPool(rank=rank, gb=gb, tokens=tokens, pool=pool, at=at, line=line))
+        return True
+
+    def _auto_sized(
+        self, message: str, line: str, rank: str | None, at: datetime | None, out: list[Event]
+    ) -> bool:
+        match = AUTO_SIZED.search(message)
+        if match is None:
+            return False
+        requested, ratio, budget, fraction, ranks, pools = match.groups()
+        self._detect(Dialect.V0_5_23, at, line, out)
+        out.append(
+            HiCacheAutoSized(
+                rank=rank,
+                requested=float(requested),
+                ratio=float(ratio),
+                budget_gib=float(budget),
+                fraction=float(fraction),
+                ranks=int(ranks),
+                host_pools_gib=float(pools),
+                at=at,
+                line=line,
+            )
+        )
         return True
 
     def _enter(

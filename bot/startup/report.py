@@ -22,6 +22,7 @@ from bot.startup.events import (
     FailureKind,
     FailureSeen,
     GraphProgress,
+    HiCacheAutoSized,
     HostPool,
     MaxTotalTokens,
     MemoryHeadroom,
@@ -134,6 +135,8 @@ class StartupReport:
     allocation by name (a DSA indexer), and ``host_total_gb_per_rank`` their sum: all RAM.
     ``sliding_window`` holds a hybrid sliding-window model's two device pools; its full-attention
     pool is the target's even before ``max_total_num_tokens`` is logged.
+    ``hicache_auto_ratio`` is the ratio 0.5.23's auto-sizing took (the least any rank logged;
+    after SGLang's all-reduce every rank logs the same), ``None`` when it did not run.
     """
 
     dialect: Dialect | None
@@ -158,6 +161,7 @@ class StartupReport:
     #: SGLang's own ``HiCache memory headroom: host X GiB, cgroup Y GiB`` line (the first
     #: rank's), when it logged one: what it saw before sizing the host pools.
     sglang_headroom: MemoryHeadroom | None = None
+    hicache_auto_ratio: float | None = None
 
     @property
     def started_at(self) -> datetime | None:
@@ -200,6 +204,7 @@ class StartupReport:
             "host_extra_gb_per_rank": {r: dict(v) for r, v in self.host_extra_gb_per_rank.items()},
             "host_total_gb_per_rank": dict(self.host_total_gb_per_rank),
             "host_gb_total": self.host_gb_total,
+            "hicache_auto_ratio": self.hicache_auto_ratio,
             "pools": [pool.to_dict() for pool in self.pools],
             "draft_pool": None if self.draft_pool is None else self.draft_pool.to_dict(),
             "device_pool_undecided": self.device_pool_undecided,
@@ -253,6 +258,7 @@ class ReportBuilder:
         self._swa: dict[str, tuple[int, int]] = {}
         self._swa_gib: dict[str, float] = {}
         self._headroom: MemoryHeadroom | None = None
+        self._auto_ratio: float | None = None
 
     def add(self, event: Event) -> None:
         """Take the next event in log order."""
@@ -288,6 +294,10 @@ class ReportBuilder:
             case MemoryHeadroom():
                 if self._headroom is None:
                     self._headroom = event
+            case HiCacheAutoSized(ratio=ratio):
+                self._auto_ratio = (
+                    ratio if self._auto_ratio is None else min(ratio, self._auto_ratio)
+                )
             case FailureSeen():
                 self._failure = event
 
@@ -349,6 +359,7 @@ class ReportBuilder:
                 {r: round(sum(pools.values()), 2) for r, pools in self._host_gb.items()}
             ),
             sliding_window=self._sliding_window(),
+            hicache_auto_ratio=self._auto_ratio,
             ready=ready,
             ready_at=ready_at,
             sglang_headroom=self._headroom,

@@ -403,3 +403,19 @@ def test_a_host_pool_flag_without_its_value_is_refused() -> None:
     """A value-taking flag at the very end is an error naming the flag."""
     with pytest.raises(CommandLineError, match="--disaggregation-mode at the end"):
         read_host_pool_args([*FIELD, "--disaggregation-mode"])
+
+
+def test_rewrite_to_neither_flag_removes_the_ratio_and_the_size() -> None:
+    """No ratio and no size (resize auto): every --hicache-ratio and --hicache-size, in any
+    spelling, is removed and the enable flag kept, so SGLang 0.5.23 auto-sizes the pool."""
+    argv = [*LAUNCH, "--enable-hicache", "--hicache-ratio", "4", "--port", "30000",
+            "--hicache-size=48", "--hicache-r=3", "--hicache-si", "0"]  # fmt: skip
+    out = rewrite_hicache(argv, HiCacheSetting(True))
+    assert out == [*LAUNCH, "--enable-hicache", "--port", "30000"]
+    assert read_hicache(out) == HiCacheSetting(True)
+
+
+def test_rewrite_to_neither_flag_enables_hicache_when_it_was_off() -> None:
+    """A command without HiCache gets the enable flag only, and no sizing flag."""
+    out = rewrite_hicache([*LAUNCH, "--port", "30000"], HiCacheSetting(True))
+    assert out == [*LAUNCH, "--port", "30000", "--enable-hierarchical-cache"]

@@ -153,3 +153,19 @@ def test_bad_model_and_extra_pool_arguments_exit_2(
     assert code == 2
     assert message in err
     assert out == ""
+
+
+def test_auto_is_planned_on_the_ratio_sglang_0_5_23_picks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--auto on 0.5.23, 2 ranks of 150,000 tokens x 35,136 B, 24 GiB in the cgroup: the ratio is
+    int(((24 GiB - 10 GiB) // 2) x 0.8) x 0.95 / (150,001 x 35,136 B) = 1.084, as the line shows."""
+    code, out, _ = run_plan(
+        capsys, "--auto", "--ranks", "2", "--available-gb", "60",
+        "--cgroup-limit-gb", str(24 * 1024**3 / 1e9), "--device-tokens", "150000",
+        "--bytes-per-token", "35136", "--sglang-version", "0.5.23", "--headroom-gb", "0",
+    )  # fmt: skip
+    ratio = int((14 * 1024**3 // 2) * 0.8) * 0.95 / (150_001 * 35_136)
+    assert code == 0, out
+    assert f"HiCache auto: ratio {ratio:.2f} (SGLang sizes it at start) on 2 ranks" in out
+    assert f"ratio 2.000 -> {ratio:.3f}" in out

@@ -3,13 +3,13 @@ host (Kimi-K2.5, 8 x 96 GiB, TP 8, 449 GB RAM), never the planner's own output."
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from bot.errors import PlanInputError
 from bot.planner import (
-    ESTIMATE_MARGIN,
     ChangeRequest,
     DeviceMemory,
     DevicePool,
@@ -19,8 +19,11 @@ from bot.planner import (
     ServerFacts,
     Verdict,
     default_mem_fraction_static,
+    estimate_device_pool,
+    kv_shape_from_config,
     make_plan,
 )
+from bot.sim import load_profile, model_dir, profile_names
 
 GB = 1e9
 GIB = 1024**3
@@ -76,12 +79,13 @@ def test_default_fraction_is_sglangs_rule_at_its_least_reserve() -> None:
     assert default_mem_fraction_static(24 * GIB, tp=2) == 0.844
 
 
-def test_a_ratio_with_no_start_on_record_is_planned_on_the_estimate_with_its_margin() -> None:
-    """Ratio 2 on the field notes' host, never started: the pool is SGLang's rule on the model's
-    files and the GPU, plus the margin, and the plan says "estimate" and shows the arithmetic."""
+def test_a_ratio_with_no_start_on_record_is_planned_on_the_bound() -> None:
+    """Ratio 2 on the field notes' host, never started: the pool is what the GPU holds at the
+    fraction by SGLang's rule on the model's files, no margin on top, and the plan says
+    "estimate" and shows the arithmetic."""
     plan = make_plan(ChangeRequest(ratio=2), kimi(), HostMemory(445 * GB))
     tokens = sglang_tokens(GPU, 0.896, KIMI_WEIGHTS // 8, KIMI_BYTES)
-    planned = math.ceil(tokens * 1.10)
+    planned = tokens
     assert plan.device_pool_source is DevicePoolSource.ESTIMATE
     assert plan.device_pool_estimate is not None
     assert plan.device_pool_estimate.tokens == tokens
@@ -90,7 +94,8 @@ def test_a_ratio_with_no_start_on_record_is_planned_on_the_estimate_with_its_mar
     assert plan.verdict is Verdict.FITS
     note = next(n for n in plan.notes if n.startswith("device pool estimated"))
     assert f"{tokens:,} tokens" in note
-    assert "+10% margin" in note
+    assert "margin" not in note
+    assert "an upper bound of the pool SGLang sizes" in note
     assert "startup guard stops the start" in note
     assert plan.to_dict()["device_pool_source"] == "estimate"
 
@@ -105,18 +110,18 @@ def test_the_estimate_is_an_upper_bound_of_the_field_notes_pools() -> None:
         assert plan.device_pool_estimate.memory.fraction_given
 
 
-def test_the_margin_makes_the_verdict_conservative() -> None:
-    """A budget the estimate's own host pool fits but the margin's does not is refused."""
+def test_the_bound_decides_the_verdict_to_the_byte() -> None:
+    """A budget one byte short of the bound's host pools is refused; exactly that budget fits."""
     tokens = sglang_tokens(GPU, 0.896, KIMI_WEIGHTS // 8, KIMI_BYTES)
-    bare = 8 * (int(tokens * 2) + 1) * KIMI_BYTES
-    with_margin = 8 * (int(math.ceil(tokens * (1 + ESTIMATE_MARGIN)) * 2) + 1) * KIMI_BYTES
-    assert bare < with_margin
-    # Available RAM putting the budget half-way between the two (no headroom).
+    needed = 8 * (int(tokens * 2) + 1) * KIMI_BYTES
     reserve = 10 * GIB
-    available = reserve + (bare + with_margin) / 2
-    plan = make_plan(ChangeRequest(ratio=2), kimi(), HostMemory(available), headroom_gb=0)
-    assert plan.verdict is Verdict.REFUSED
-    assert plan.total_bytes == with_margin
+    for available, verdict in (
+        (reserve + needed - 1, Verdict.REFUSED),
+        (reserve + needed, Verdict.FITS),
+    ):
+        plan = make_plan(ChangeRequest(ratio=2), kimi(), HostMemory(available), headroom_gb=0)
+        assert plan.verdict is verdict
+        assert plan.total_bytes == needed
 
 
 def test_a_logged_pool_wins_over_the_estimate() -> None:
@@ -189,9 +194,9 @@ def test_bad_device_memory_is_refused_with_the_value(
         DeviceMemory(gpu, weights, fraction, fraction_given=True)
 
 
-def test_max_total_tokens_caps_the_estimate_and_its_margin() -> None:
+def test_max_total_tokens_caps_the_estimate() -> None:
     """SGLang takes min(profiled, --max-total-tokens): with a cap of 16,384 (the tiny model
-    make test-real serves) ratio 4 is 16,384 x 4 + one page = 65,537 tokens, no margin above."""
+    make test-real serves) ratio 4 is 16,384 x 4 + one page = 65,537 tokens."""
     memory = DeviceMemory(24 * GIB, 0, 0.844, fraction_given=False, max_total_tokens=16_384)
     shape = KvShape("MHA", 2 * 2 * 16 * 2, 2)  # 2 KV heads x 16 head dim, K and V, bf16
     server = ServerFacts(ranks=1, kv_shape=shape, device_memory=memory)
@@ -207,3 +212,38 @@ def test_a_cap_of_no_tokens_is_refused() -> None:
     """--max-total-tokens 0 is not a pool size."""
     with pytest.raises(PlanInputError, match="--max-total-tokens 0 must be at least 1 token"):
         DeviceMemory(GPU, 0, 0.9, fraction_given=True, max_total_tokens=0)
+
+
+FRACTIONS = [round(0.5 + 0.01 * step, 2) for step in range(46)]  # 0.50 to 0.95
+
+
+@pytest.mark.parametrize("name", profile_names())
+def test_the_estimate_is_never_below_the_simulated_pool(name: str) -> None:
+    """On every simulator profile and every fraction from 0.50 to 0.95, the estimate from the
+    profile's model files and GPU is at least the pool the simulator logs; where it finds no
+    room for a pool, the simulator's pool is empty too. It failed before the fix: the small
+    profiles logged 150,000 tokens at 0.7, more than 24 GiB x 0.7 less their 12.5 GiB of weights
+    holds (131,406), so the estimate with its 10% margin (144,547) was 3.6% below."""
+    profile = load_profile(name)
+    model = model_dir(name)
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    index = json.loads((model / "model.safetensors.index.json").read_text(encoding="utf-8"))
+    ranks = profile.gpu_count  # every shipped profile runs TP over all its GPUs
+    per_token = kv_shape_from_config(config, ranks).bytes_per_token
+    assert per_token == profile.kv_bytes_per_token
+    compared = 0
+    for fraction in FRACTIONS:
+        memory = DeviceMemory(
+            gpu_memory_bytes=profile.gpu_memory_bytes,
+            weights_bytes_per_rank=index["metadata"]["total_size"] // ranks,
+            mem_fraction_static=fraction,
+            fraction_given=True,
+        )
+        estimate = estimate_device_pool(memory, per_token)
+        logged = profile.device_tokens_at(fraction)
+        if isinstance(estimate, str):
+            assert logged == 0, (fraction, estimate)
+            continue
+        assert estimate.tokens >= logged, (fraction, estimate.tokens, logged)
+        compared += logged > 0
+    assert compared >= 10  # the profile's pools were compared, not only its empty ones

@@ -30,7 +30,7 @@ OLD = [
     (
         "TP",
         r"Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV3ForCausalLM, "
-        r"dtype=torch\.bfloat16, avail mem=10\.70 GB, mem usage=12\.50 GB\.",
+        r"dtype=torch\.bfloat16, avail mem=12\.20 GB, mem usage=11\.00 GB\.",
     ),
     ("TP0", r"Using KV cache dtype: torch\.bfloat16"),
     ("TP", rf"KV Cache is allocated\. #tokens: {DEVICE_TOKENS}, KV size: {KV_GIB} GB"),
@@ -64,7 +64,7 @@ NEW = [
     (
         "TP",
         r"Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV3ForCausalLM, "
-        r"avail mem=10\.70 GB, mem usage=12\.50 GB\.",
+        r"avail mem=12\.20 GB, mem usage=11\.00 GB\.",
     ),
     OLD[5],
     (

@@ -261,6 +261,7 @@ class StartFollower:
             "draft_kv_gib": figures.draft_kv_gib,
             "host_extra_gb_per_rank": dict(figures.host_extra_gb),
             "host_total_gb_per_rank": figures.host_total_gb_per_rank,
+            "hicache_auto_ratio": figures.auto_ratio,
         }
 
     def _ready(self, info: dict[str, Any]) -> StartOutcome:
@@ -284,5 +285,7 @@ class StartFollower:
             parts.append(
                 f"host {gb:.2f} GB/rank{token_text}{extras} x {ranks} = {total * ranks:.1f} GB"
             )
+        if data["hicache_auto_ratio"] is not None:
+            parts.append(f"SGLang auto-sized HiCache to ratio {data['hicache_auto_ratio']:.3f}")
         parts.append(f"started in {startup_s:.0f} s")
         return StartOutcome(True, "; ".join(parts), data)

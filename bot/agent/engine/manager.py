@@ -113,10 +113,12 @@ class OperationManager:
         revision: int | None = None,
         fingerprint: str | None = None,
         caller: str | None = None,
+        auto: bool = False,
     ) -> OperationView:
         """Start an operation, or raise (nothing changed) InputError, OperationConflict,
-        NotFound, StaleProposal or PlanRefused. ``caller`` names the token that asked."""
-        kind = _check_input(kind, actor, ratio, size_gb, revision)
+        NotFound, StaleProposal or PlanRefused. ``caller`` names the token that asked.
+        ``auto`` is a resize to neither flag: SGLang 0.5.23 sizes the pool at start."""
+        kind = _check_input(kind, actor, ratio, size_gb, revision, auto)
         with self._lock:
             running = self.state.unfinished_operations()
             if running:
@@ -140,11 +142,12 @@ class OperationManager:
             if kind is OperationKind.RESIZE:
                 size = int(size_gb) if size_gb is not None and size_gb == int(size_gb) else None
                 setting = HiCacheSetting(enabled=True, ratio=None if size else ratio, size_gb=size)
+                # auto: neither flag (the check refused auto beside a ratio or a size)
             else:
                 target_argv, setting, rollback_of = self._target(
                     kind, current_argv, current_rev, revision
                 )
-            plan, fresh = self._plan(kind, setting, ratio, size_gb)
+            plan, fresh = self._plan(kind, setting, ratio, size_gb, auto)
             # A refusal first: what does not fit (or SGLang would reject) is refused whatever
             # the proposal it came from.
             if plan is not None and not plan.fits:
@@ -236,14 +239,17 @@ class OperationManager:
         setting: HiCacheSetting,
         ratio: float | None,
         size_gb: float | None,
+        auto: bool = False,
     ) -> tuple[Plan | None, str | None]:
         if kind is OperationKind.RESIZE:
-            request = ChangeRequest(ratio=ratio, size_gb=size_gb)
+            request = ChangeRequest(ratio=ratio, size_gb=size_gb, auto=auto)
         else:
             effective = setting.effective()
             if not effective.enabled:
                 return None, None  # no host pool: nothing to budget
             request = ChangeRequest(ratio=effective.ratio, size_gb=effective.size_gb)
+            if setting.ratio is None and setting.size_gb is None:
+                request = ChangeRequest(auto=True)  # neither flag: SGLang sizes it (0.5.23)
         plan, fresh = self.planner(request)
         return plan, fresh
 
@@ -459,6 +465,7 @@ def _check_input(
     ratio: float | None,
     size_gb: float | None,
     revision: int | None,
+    auto: bool = False,
 ) -> OperationKind:
     """The kind as an ``OperationKind`` once every value checks out; InputError otherwise."""
     try:
@@ -473,8 +480,10 @@ def _check_input(
             raise InputError(f"{name} must be a number, not {value!r}")
         if value is not None and not math.isfinite(value):
             raise InputError(f"{name} {value!r} is not a finite number; try 2 or 4 (ratio)")
+    if auto and (kind is not OperationKind.RESIZE or ratio is not None or size_gb is not None):
+        raise InputError("auto is a resize to neither a ratio nor a size; give it alone")
     if kind is OperationKind.RESIZE:
-        if ratio is None and size_gb is None:
+        if ratio is None and size_gb is None and not auto:
             raise InputError("resize needs a ratio (e.g. 4) or a size_gb (whole GB per rank)")
         if revision is not None:
             raise InputError("resize takes a ratio or a size_gb, not a revision")

@@ -24,6 +24,7 @@ from bot.startup import (
     DevicePool,
     FailureSeen,
     GraphProgress,
+    HiCacheAutoSized,
     HostPool,
     MaxTotalTokens,
     Phase,
@@ -82,6 +83,8 @@ class StartFigures:
     # The applied ratio (None for a size) and page size: with them the tokens are exact.
     ratio: float | None = None
     page_size: int = 1
+    # The ratio 0.5.23's auto-sizing took (the least any rank logged), None when it did not run.
+    auto_ratio: float | None = None
 
     @property
     def host_total_gb_per_rank(self) -> float | None:
@@ -209,6 +212,10 @@ class StartWatcher:
             return self._device_pool(event)
         if isinstance(event, HostPool):
             return self._host_pool(event, now)
+        if isinstance(event, HiCacheAutoSized):
+            least = figures.auto_ratio
+            figures.auto_ratio = event.ratio if least is None else min(least, event.ratio)
+            return None
         if isinstance(event, FailureSeen):
             figures.failure_kind = FailureKind(event.kind.value)
             figures.failure_lines = event.lines

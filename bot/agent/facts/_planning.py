@@ -105,6 +105,9 @@ def plan_on(
         device_pool_missing=device_missing,
         host_pool_flags=_flags_of(snap, server_environ),
         hybrid_pools=capacity.hybrid_pools,
+        sized_by_sglang=snap.hicache.enabled
+        and snap.hicache.ratio is None
+        and snap.hicache.size_gb is None,
     )
     plan = make_plan(request, server, memory, headroom_gb=headroom_gb, history=history)
     return replace(plan, notes=(*plan.notes, guard_note(snap.guard, plan.budget_bytes)))

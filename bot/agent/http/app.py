@@ -91,6 +91,7 @@ class ApiService(Protocol):
         revision: int | None = None,
         fingerprint: str | None = None,
         caller: str | None = None,
+        auto: bool = False,
     ) -> _Operation: ...
 
     def get(self, op_id: int) -> _Operation: ...
@@ -123,18 +124,28 @@ SizeGb = Annotated[
 
 
 class PlanBody(BaseModel):
-    """A HiCache change to size: ``{"ratio": 4}`` or ``{"size_gb": 48}`` (both: size wins)."""
+    """A HiCache change to size: ``{"ratio": 4}`` or ``{"size_gb": 48}`` (both: size wins), or
+    ``{"auto": true}``: neither flag, SGLang 0.5.23 sizes the pool at start."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     ratio: Ratio | None = None
     size_gb: SizeGb | None = None
+    auto: bool = False
 
     @model_validator(mode="after")
     def _one_of(self) -> PlanBody:
-        if self.ratio is None and self.size_gb is None:
-            raise ValueError('give "ratio" (e.g. 4) or "size_gb" (GB per rank, e.g. 48)')
+        _check_auto(self.auto, self.ratio, self.size_gb)
+        if self.ratio is None and self.size_gb is None and not self.auto:
+            raise ValueError(
+                'give "ratio" (e.g. 4), "size_gb" (GB per rank, e.g. 48) or "auto": true'
+            )
         return self
+
+
+def _check_auto(auto: bool, ratio: float | None, size_gb: float | None) -> None:
+    if auto and (ratio is not None or size_gb is not None):
+        raise ValueError('"auto" writes neither a ratio nor a size; give "auto" alone')
 
 
 class OperationBody(BaseModel):
@@ -146,6 +157,7 @@ class OperationBody(BaseModel):
     actor: str = Field(min_length=1, max_length=200, description="who asked, for the audit")
     ratio: Ratio | None = None
     size_gb: SizeGb | None = None
+    auto: bool = False
     revision: int | None = Field(default=None, ge=1, le=2**62, description="rollback target")
     fingerprint: str | None = Field(
         default=None,
@@ -156,9 +168,10 @@ class OperationBody(BaseModel):
 
     @model_validator(mode="after")
     def _fits_kind(self) -> OperationBody:
-        sizing = self.ratio is not None or self.size_gb is not None
+        _check_auto(self.auto, self.ratio, self.size_gb)
+        sizing = self.ratio is not None or self.size_gb is not None or self.auto
         if self.kind is OperationKind.RESIZE and not sizing:
-            raise ValueError('a resize needs "ratio" or "size_gb"')
+            raise ValueError('a resize needs "ratio", "size_gb" or "auto": true')
         if self.kind is not OperationKind.RESIZE and sizing:
             raise ValueError(f'a {self.kind} takes no "ratio" or "size_gb"; use kind "resize"')
         if self.kind is not OperationKind.ROLLBACK and self.revision is not None:
@@ -204,7 +217,7 @@ def create_app(service: ApiService) -> FastAPI:
         ),
     )
     def plan(body: PlanBody) -> dict[str, Any]:
-        request = ChangeRequest(ratio=body.ratio, size_gb=body.size_gb)
+        request = ChangeRequest(ratio=body.ratio, size_gb=body.size_gb, auto=body.auto)
         result, fingerprint = service.plan(request)
         if result.refused_by is RefusedBy.SGLANG:
             raise PlanRefused(result.reason, plan=result)
@@ -227,6 +240,7 @@ def create_app(service: ApiService) -> FastAPI:
             actor=body.actor,
             ratio=body.ratio,
             size_gb=body.size_gb,
+            auto=body.auto,
             revision=body.revision,
             fingerprint=body.fingerprint,
             caller=getattr(request.state, CALLER_STATE, None),

@@ -39,3 +39,16 @@ def test_follower_counts_an_indexer_host_pool_in_the_host_total() -> None:
     assert watcher.figures.host_total_gb_per_rank == round(126.61 + 29.02, 2)
     extra = [d for d in drafts if d.step == "host_pool:DSA indexer"]
     assert extra[0].data["host_gb_total"] == round(4 * (126.61 + 29.02), 2)
+
+
+def test_follower_keeps_the_ratio_0_5_23_s_auto_sizing_logged() -> None:
+    """Two ranks log `HiCache auto-sizing: ratio 2.000 -> R`: the figures keep the least R,
+    the ratio every rank's pool is sized on, to compare with the planned one."""
+    watcher = StartWatcher(ProgressModel(), ranks=2)
+    line = (
+        "[2026-12-01 21:00:00 TP{rank}] HiCache auto-sizing: ratio 2.000 -> {ratio}; 5.6 GiB host "
+        "memory per rank (fraction 0.80, 2 ranks on this host), host pools 5.3 GiB.\n"
+    )
+    watcher.feed(line.format(rank=0, ratio="1.084") + line.format(rank=1, ratio="1.083"), 0.0)
+    assert watcher.figures.auto_ratio == 1.083
+    assert StartWatcher(ProgressModel(), ranks=2).figures.auto_ratio is None
