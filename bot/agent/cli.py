@@ -13,7 +13,9 @@ SIGTERM or SIGINT stops serving, then stops watching (the SGLang server keeps ru
 Tokens are never logged: settings hold them as ``Secret``.
 
 A non-loopback ``listen`` without TLS is refused before anything starts: one line naming
-``tls_cert`` on stderr, exit 2 (:mod:`bot.agent.tls`).
+``tls_cert`` on stderr, exit 2 (:mod:`bot.agent.tls`). So is a second agent on a ``state_dir``
+another agent holds: one line naming the holder's pid, exit 2 (:mod:`bot.agent.state_lock`); an
+agent removes ``agent.addr`` on exit only while it still holds the address it wrote.
 
 ``kimi-ops agent gen-cert --out DIR [--host NAME ...]`` writes a self-signed pair for the agent
 and prints its fingerprint, the line the bot's ``[hosts.NAME] fingerprint`` takes
@@ -36,9 +38,10 @@ import uvicorn
 from bot.agent.config import AgentSettings, load_agent_settings
 from bot.agent.http.app import create_app
 from bot.agent.service import build_service
+from bot.agent.state_lock import StateDirLock
 from bot.agent.tls import load_server_certificate, plaintext_refusal, transport_warnings
 from bot.agent.write_hook import write_hook_from_environ
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StateDirLocked
 from bot.settings import CONFIG_ENV, find_config_path
 from bot.stoppable_server import StoppableServer
 
@@ -98,8 +101,23 @@ def run(args: argparse.Namespace) -> int:
         log.warning("kimi-ops agent: %s", warning)
     if settings.tls:
         log.info("kimi-ops agent: TLS certificate %s", load_server_certificate(settings))
+    try:
+        # Before the state is opened: a second agent must not migrate, resume or serve it.
+        lock = StateDirLock.acquire(settings.state_dir)
+    except StateDirLocked as exc:
+        print(f"kimi-ops agent: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        return _serve(settings, environ)
+    finally:
+        lock.release()
+
+
+def _serve(settings: AgentSettings, environ: dict[str, str]) -> int:
+    """Build the agent, resume what an earlier run left, and serve until stopped."""
     # A test hook only (bot.agent.write_hook): unset in production, read once here.
     service = build_service(settings, write_hook=write_hook_from_environ(environ))
+    server: _Server | None = None
     try:
         # Bind first: a taken port must fail before any operation is resumed.
         sock = _bind(settings.listen_host, settings.listen_port)
@@ -117,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         server = _Server(config, settings, app.state.stopping)
         server.run(sockets=[sock])
     finally:
-        (settings.state_dir / ADDR_FILE).unlink(missing_ok=True)
+        _remove_addr(settings.state_dir, None if server is None else server.url)
         service.close()
     log.info("kimi-ops agent: stopped")
     return 0
@@ -165,6 +183,18 @@ def _write_addr(state_dir: Path, url: str) -> None:
     os.replace(tmp, path)
 
 
+def _remove_addr(state_dir: Path, written: str | None) -> None:
+    """Remove ``agent.addr`` if it still holds the URL this agent wrote, never another's."""
+    if written is None:
+        return
+    path = state_dir / ADDR_FILE
+    try:
+        if path.read_text(encoding="utf-8").strip() == written:
+            path.unlink()
+    except OSError:
+        pass  # gone already, or unreadable: not ours to fix on the way out
+
+
 class _Server(StoppableServer):
     """The agent's uvicorn: announces its real address, and lets long-polls answer at once when
     it stops (exiting 0 on SIGTERM, as every :class:`StoppableServer`)."""
@@ -175,6 +205,8 @@ class _Server(StoppableServer):
         super().__init__(config, "kimi-ops agent")
         self._settings = settings
         self._stopping = stopping
+        #: The URL written to ``agent.addr`` once listening (None before).
+        self.url: str | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # Each long-poll holds a worker thread for up to a minute; keep room for status calls.
@@ -185,6 +217,7 @@ class _Server(StoppableServer):
         host, port = sockets[0].getsockname()[:2]
         url = _url(str(host), int(port), self._settings.tls)
         _write_addr(self._settings.state_dir, url)
+        self.url = url
         log.info("kimi-ops agent: listening on %s", url)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
