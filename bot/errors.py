@@ -89,8 +89,8 @@ __all__ = [
     "SchedulerLocked",
     "ServerControlError",
     "SimError",
-    "StateDirLocked",
     "StaleProposal",
+    "StateDirLocked",
     "StoreError",
 ]
 

@@ -122,7 +122,7 @@ def _serve(settings: AgentSettings, environ: dict[str, str]) -> int:
         # Bind first: a taken port must fail before any operation is resumed.
         sock = _bind(settings.listen_host, settings.listen_port)
         service.resume()
-        app = create_app(service)
+        app = create_app(service, settings.http)
         config = uvicorn.Config(
             app,
             log_config=None,  # keep our logging; uvicorn's access lines carry no headers
