@@ -25,6 +25,7 @@ and prints its fingerprint, the line the bot's ``[hosts.NAME] fingerprint`` take
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
@@ -36,12 +37,20 @@ import anyio.to_thread
 import uvicorn
 
 from bot.agent.config import AgentSettings, load_agent_settings
+from bot.agent.http._connections import ConnectionCounts, accept_error_handler, guarded_protocol
 from bot.agent.http.app import create_app
+from bot.agent.rlimits import (
+    ACCEPT_BACKLOG,
+    connection_cap,
+    descriptors_needed,
+    raise_descriptor_limit,
+)
 from bot.agent.service import build_service
 from bot.agent.state_lock import StateDirLock
 from bot.agent.tls import load_server_certificate, plaintext_refusal, transport_warnings
 from bot.agent.write_hook import write_hook_from_environ
 from bot.errors import ConfigError, StateDirLocked
+from bot.log_throttle import LogThrottle
 from bot.settings import CONFIG_ENV, find_config_path
 from bot.stoppable_server import StoppableServer
 
@@ -123,6 +132,7 @@ def _serve(settings: AgentSettings, environ: dict[str, str]) -> int:
         sock = _bind(settings.listen_host, settings.listen_port)
         service.resume()
         app = create_app(service, settings.http)
+        throttle = LogThrottle(log)
         config = uvicorn.Config(
             app,
             log_config=None,  # keep our logging; uvicorn's access lines carry no headers
@@ -131,14 +141,36 @@ def _serve(settings: AgentSettings, environ: dict[str, str]) -> int:
             server_header=False,
             ssl_certfile=settings.tls_cert,
             ssl_keyfile=settings.tls_key,
+            http=guarded_protocol(
+                _connection_counts(settings), settings.http.header_timeout_s, throttle
+            ),
+            backlog=ACCEPT_BACKLOG,
         )
-        server = _Server(config, settings, app.state.stopping)
+        server = _Server(config, settings, app.state.stopping, throttle)
         server.run(sockets=[sock])
     finally:
         _remove_addr(settings.state_dir, None if server is None else server.url)
         service.close()
     log.info("kimi-ops agent: stopped")
     return 0
+
+
+def _connection_counts(settings: AgentSettings) -> ConnectionCounts:
+    """The caps on connections, the total lowered to what the descriptor limit leaves room for
+    (bot.agent.rlimits), with a warning naming the fix when it is."""
+    wanted = settings.http.max_connections
+    soft = raise_descriptor_limit(descriptors_needed(wanted))
+    total = connection_cap(wanted, soft)
+    if total < wanted:
+        log.warning(
+            "kimi-ops agent: the open-file limit is %d; serving at most %d connections instead of "
+            "max_connections %d (raise LimitNOFILE to %d or more)",
+            soft,
+            total,
+            wanted,
+            descriptors_needed(wanted),
+        )
+    return ConnectionCounts(total, settings.http.max_connections_per_client)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -150,7 +182,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
-        sock.listen(128)
+        sock.listen(ACCEPT_BACKLOG)
     except OSError as exc:
         raise ConfigError(f"[agent] listen {host}:{port} cannot be bound: {exc}") from exc
     sock.set_inheritable(True)
@@ -200,17 +232,23 @@ class _Server(StoppableServer):
     it stops (exiting 0 on SIGTERM, as every :class:`StoppableServer`)."""
 
     def __init__(
-        self, config: uvicorn.Config, settings: AgentSettings, stopping: threading.Event
+        self,
+        config: uvicorn.Config,
+        settings: AgentSettings,
+        stopping: threading.Event,
+        throttle: LogThrottle,
     ) -> None:
         super().__init__(config, "kimi-ops agent")
         self._settings = settings
         self._stopping = stopping
+        self._throttle = throttle
         #: The URL written to ``agent.addr`` once listening (None before).
         self.url: str | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        # Each long-poll holds a worker thread for up to a minute; keep room for status calls.
+        # Routes run in worker threads (long-polls wait on the loop: bot.agent.http._long_polls).
         anyio.to_thread.current_default_thread_limiter().total_tokens = _WORKER_THREADS
+        asyncio.get_running_loop().set_exception_handler(accept_error_handler(self._throttle))
         await super().startup(sockets=sockets)
         if self.should_exit or not sockets:
             return

@@ -3,10 +3,12 @@
 **The agent's file descriptors.** Every connection to the API holds one, and so do the state
 database, the server's log, the clients to the server and the reads of ``/proc``. Out of them,
 ``accept()`` fails (and asyncio reports every failure), the follower cannot open the log and an
-operation would fail on a healthy server. So the agent keeps ``RESERVED_FDS`` for its own work:
-at start it raises its soft ``RLIMIT_NOFILE`` toward ``max_connections + RESERVED_FDS`` (as far
-as the hard limit, the unit's ``LimitNOFILE``, allows) and serves at most ``soft - RESERVED_FDS``
-connections (:func:`connection_cap`), warning when that is below ``[agent] max_connections``.
+operation would fail on a healthy server. So the agent keeps ``RESERVED_FDS`` for its own work
+and ``ACCEPT_BACKLOG`` for the connections it accepts in one turn of its event loop (a refused
+one holds its descriptor until the next turn): at start it raises its soft ``RLIMIT_NOFILE``
+toward ``max_connections`` plus both (as far as the hard limit, the unit's ``LimitNOFILE``,
+allows) and serves at most what the soft limit leaves (:func:`connection_cap`), warning when that
+is below ``[agent] max_connections``.
 
 **The server's limits.** The process backend's server would inherit the agent's limits (often
 1,024 files and 8 MiB of locked memory); SGLang's example unit (``deploy/sglang-kimi.service``)
@@ -28,18 +30,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "ACCEPT_BACKLOG",
     "RESERVED_FDS",
     "SERVER_LIMITS",
     "Limit",
     "applier",
     "connection_cap",
+    "descriptors_needed",
     "fitted",
     "out_of_descriptors",
     "raise_descriptor_limit",
 ]
 
 #: Descriptors the agent keeps for its own files, clients and pipes, beside its connections.
-RESERVED_FDS = 128
+RESERVED_FDS = 96
+#: Connections the kernel queues for the agent, and so the most it accepts in one turn.
+ACCEPT_BACKLOG = 32
 _EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
 
 
@@ -113,12 +119,17 @@ def raise_descriptor_limit(wanted: int) -> int:
     return soft
 
 
+def descriptors_needed(connections: int) -> int:
+    """The open-file limit an agent serving ``connections`` at once needs."""
+    return connections + RESERVED_FDS + ACCEPT_BACKLOG
+
+
 def connection_cap(configured: int, soft_limit: int) -> int:
-    """The connections the agent may hold: ``configured``, or fewer so that ``RESERVED_FDS``
-    stay free under ``soft_limit`` (at least 8, so the API stays reachable at all)."""
+    """The connections the agent may hold: ``configured``, or fewer so that ``RESERVED_FDS`` and
+    ``ACCEPT_BACKLOG`` stay free under ``soft_limit`` (at least 8: the API stays reachable)."""
     if soft_limit == resource.RLIM_INFINITY:
         return configured
-    return max(8, min(configured, soft_limit - RESERVED_FDS))
+    return max(8, min(configured, soft_limit - RESERVED_FDS - ACCEPT_BACKLOG))
 
 
 def out_of_descriptors(exc: BaseException | None) -> bool:

@@ -6,6 +6,7 @@ import errno
 import resource
 
 from bot.agent.rlimits import (
+    ACCEPT_BACKLOG,
     RESERVED_FDS,
     Limit,
     connection_cap,
@@ -45,9 +46,9 @@ def test_a_soft_limit_already_higher_is_never_lowered() -> None:
 
 
 def test_the_connection_cap_leaves_the_reserve_free() -> None:
-    """Under 256 files the agent serves 256 - 128 connections; under plenty, what is configured;
-    never fewer than 8."""
-    assert RESERVED_FDS == 128
+    """Under 256 files the agent serves 256 - 96 - 32 connections; under plenty, what is
+    configured; never fewer than 8."""
+    assert (RESERVED_FDS, ACCEPT_BACKLOG) == (96, 32)
     assert connection_cap(512, 256) == 128
     assert connection_cap(512, 65535) == 512
     assert connection_cap(512, INF) == 512

@@ -26,8 +26,9 @@ from tests.agent._api_helpers import (
 )
 
 FINAL = ("ready", "failed", "rolled_back")
-#: A resize that fits the small simulated host (its largest fitting size is 4 GB per rank).
-RESIZE = {"kind": "resize", "actor": "test", "size_gb": 2}
+#: A resize the small simulated host starts (with no headroom: a host pool must be larger than
+#: its 7 GB device pool per rank, and 2 x 10 GB fits its 60 GB less SGLang's reserve).
+RESIZE = {"kind": "resize", "actor": "test", "size_gb": 10}
 
 
 @dataclass
@@ -54,7 +55,7 @@ def real_agent(
     tmp_path: Path, tokens: str = TOKEN, preexec: Any = None, **agent_keys: Any
 ) -> Iterator[Agent]:
     """Start the agent on the small simulated host with ``tokens`` in its token variable."""
-    config = write_config(tmp_path, profile=SMALL, **agent_keys)
+    config = write_config(tmp_path, profile=SMALL, **{"headroom_gb": 0, **agent_keys})
     env = {**agent_env(), TOKEN_ENV: tokens}
     settings = load_agent_settings(config, {TOKEN_ENV: TOKEN})
     try:
