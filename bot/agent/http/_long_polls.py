@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 import anyio
 import anyio.to_thread
+from starlette.types import Message
 
-__all__ = ["READ_THREADS", "RECHECK_S", "ChangeFeed", "PollSlots"]
+__all__ = ["READ_THREADS", "RECHECK_S", "ChangeFeed", "PollSlots", "client_gone"]
 
 #: Threads reading a woken poll's events (SQLite reads of a few rows each).
 READ_THREADS = 4
@@ -91,12 +92,19 @@ class ChangeFeed:
         with self._lock:
             self._waiters.discard(future)
 
-    async def wait(self, future: asyncio.Future[None], timeout_s: float) -> None:
-        """Until ``future`` is woken or ``timeout_s`` passes."""
+    async def wait(
+        self,
+        future: asyncio.Future[None],
+        timeout_s: float,
+        gone: asyncio.Future[Any] | None = None,
+    ) -> None:
+        """Until ``future`` is woken, ``gone`` is done (the client left) or ``timeout_s``
+        passes."""
+        waited: set[asyncio.Future[Any]] = {future} if gone is None else {future, gone}
         try:
-            await asyncio.wait_for(asyncio.shield(future), max(0.0, timeout_s))
-        except TimeoutError:
-            pass
+            await asyncio.wait(
+                waited, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             self.unsubscribe(future)
 
@@ -113,6 +121,13 @@ class ChangeFeed:
             for future in woken:
                 with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
                     future.get_loop().call_soon_threadsafe(_wake, future)
+
+
+async def client_gone(receive: Callable[[], Awaitable[Message]]) -> None:
+    """Return once the ASGI ``receive`` reports the client disconnected (a GET's empty body is
+    read and dropped on the way)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _wake(future: asyncio.Future[None]) -> None:

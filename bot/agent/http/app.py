@@ -28,6 +28,7 @@ Bodies over ``[agent] max_body_bytes`` get ``413`` before they are read (:mod:`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -37,10 +38,11 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.types import Receive
 
 from bot.agent.config import HttpLimits
 from bot.agent.http._auth import CALLER_STATE, TOKEN_STATE, BearerAuth, BodyLimit, CatchAll
-from bot.agent.http._long_polls import RECHECK_S, ChangeFeed, PollSlots
+from bot.agent.http._long_polls import RECHECK_S, ChangeFeed, PollSlots, client_gone
 from bot.agent.tokens import TokenSet
 from bot.errors import (
     InputError,
@@ -275,7 +277,9 @@ def create_app(service: ApiService, limits: HttpLimits | None = None) -> FastAPI
                 headers={"retry-after": str(POLL_RETRY_AFTER_S)},
             )
         try:
-            view, events = await _long_poll(feed, service, op_id, after, wait, stopping)
+            view, events = await _long_poll(
+                feed, service, op_id, after, wait, stopping, request.receive
+            )
         finally:
             if wait > 0:
                 slots.give_back(token)
@@ -311,22 +315,29 @@ async def _long_poll(
     after: int,
     wait: float,
     stopping: threading.Event,
+    receive: Receive,
 ) -> tuple[Any, list[Any]]:
     """The operation and its events after ``after``, waiting up to ``wait`` (cut to MAX_WAIT_S)
-    for one on the event loop, never in a worker thread."""
+    for one on the event loop, never in a worker thread; a client that left ends the wait."""
     deadline = time.monotonic() + min(wait, MAX_WAIT_S)
-    while True:
-        woken = feed.subscribe()  # before the read: a change right after it still wakes us
-        try:
-            view, events = await feed.read(service.wait_events, op_id, after, 0.0)
-        except BaseException:
-            feed.unsubscribe(woken)
-            raise
-        remaining = deadline - time.monotonic()
-        if events or remaining <= 0 or stopping.is_set():
-            feed.unsubscribe(woken)
-            return view, events
-        await feed.wait(woken, min(remaining, RECHECK_S))
+    gone = asyncio.ensure_future(client_gone(receive)) if wait > 0 else None
+    try:
+        while True:
+            woken = feed.subscribe()  # before the read: a change right after it still wakes us
+            try:
+                view, events = await feed.read(service.wait_events, op_id, after, 0.0)
+            except BaseException:
+                feed.unsubscribe(woken)
+                raise
+            remaining = deadline - time.monotonic()
+            left = gone is not None and gone.done()
+            if events or remaining <= 0 or stopping.is_set() or left:
+                feed.unsubscribe(woken)
+                return view, events
+            await feed.wait(woken, min(remaining, RECHECK_S), gone)
+    finally:
+        if gone is not None:
+            gone.cancel()
 
 
 def _add_error_handlers(app: FastAPI) -> None:
