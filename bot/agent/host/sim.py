@@ -19,6 +19,7 @@ from bot.agent.host import _process_table
 from bot.agent.host._tree_cache import TreeMembers
 from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts
 from bot.clock import Clock, SystemClock
+from bot.errors import ProbeError, SimError
 from bot.sim import HostProfile, HostSnapshot, load_profile, read_host_state, state_dir_for
 
 if TYPE_CHECKING:
@@ -57,9 +58,12 @@ class SimProbe:
         return cls(profile, state_dir_for(profile, environ), clock=clock)
 
     def _snapshot(self) -> HostSnapshot:
-        return read_host_state(
-            self.profile, self.state_dir, None if self._now is None else self._now()
-        )
+        try:
+            return read_host_state(
+                self.profile, self.state_dir, None if self._now is None else self._now()
+            )
+        except (OSError, SimError) as exc:  # as the real probe's psutil errors: a ProbeError
+            raise ProbeError(f"cannot read the simulated host in {self.state_dir}: {exc}") from exc
 
     def ram(self) -> RamFacts:
         snapshot = self._snapshot()

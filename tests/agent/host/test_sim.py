@@ -12,6 +12,7 @@ from bot.agent.config import AgentSettings
 from bot.agent.host.sim import SimProbe
 from bot.agent.service import make_probe
 from bot.agent.tokens import TokenSet
+from bot.errors import ProbeError
 from bot.settings import Secret
 from bot.sim import load_profile
 from tests.agent.conftest import Spawn, wait_until
@@ -62,3 +63,13 @@ def test_make_probe_picks_the_simulator(tmp_path: Path) -> None:
     assert isinstance(probe, SimProbe)
     assert probe.state_dir == tmp_path
     assert probe.profile.name == "small-2gpu"
+
+
+def test_an_unreadable_simulated_host_is_a_probe_error(tmp_path: Path) -> None:
+    """A state directory that cannot be opened (a file in its place, as a full descriptor table
+    makes every open fail) is a ProbeError, as the real probe's psutil failures are, so the
+    startup guard retries it rather than failing the start."""
+    (tmp_path / "taken").write_text("not a directory")
+    probe = SimProbe(load_profile("small-2gpu"), tmp_path / "taken")
+    with pytest.raises(ProbeError, match="cannot read the simulated host"):
+        probe.ram()
