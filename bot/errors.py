@@ -32,7 +32,8 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │       └── AgentPlanRefused  422 with the Plan: the planner refused the change
     ├── StoreError .............. the database refused or failed a read or a write
     │   ├── MigrationError ...... the schema cannot be brought to the expected revision
-    │   └── SchedulerLocked ..... another live bot process runs the report scheduler on it
+    │   ├── SchedulerLocked ..... another live bot process runs the report scheduler on it
+    │   └── StateDirLocked ...... another live agent holds the agent's state directory
     ├── FleetError .............. a rollout cannot be planned, started or carried on
     │   ├── FleetBusy ........... another rollout of the fleet is running (which, since when)
     │   └── RouterError ......... the router did not give an answer the rollout can use
@@ -91,6 +92,7 @@ __all__ = [
     "SimError",
     "SlackStartError",
     "StaleProposal",
+    "StateDirLocked",
     "StoreError",
 ]
 
@@ -255,6 +257,15 @@ class SchedulerLocked(StoreError):
 
 class SlackStartError(KimiOpsError):
     """Slack refused the bot's token, or its Web API could not be reached, as the bot started."""
+
+
+class StateDirLocked(StoreError):
+    """Another agent process holds the lock on this ``state_dir``: two agents on one state would
+    both accept operations and drive the same server."""
+
+    def __init__(self, message: str, holder_pid: int | None) -> None:
+        super().__init__(message)
+        self.holder_pid = holder_pid
 
 
 class SimError(KimiOpsError):

@@ -13,7 +13,9 @@ SIGTERM or SIGINT stops serving, then stops watching (the SGLang server keeps ru
 Tokens are never logged: settings hold them as ``Secret``.
 
 A non-loopback ``listen`` without TLS is refused before anything starts: one line naming
-``tls_cert`` on stderr, exit 2 (:mod:`bot.agent.tls`).
+``tls_cert`` on stderr, exit 2 (:mod:`bot.agent.tls`). So is a second agent on a ``state_dir``
+another agent holds: one line naming the holder's pid, exit 2 (:mod:`bot.agent.state_lock`); an
+agent removes ``agent.addr`` on exit only while it still holds the address it wrote.
 
 ``kimi-ops agent gen-cert --out DIR [--host NAME ...]`` writes a self-signed pair for the agent
 and prints its fingerprint, the line the bot's ``[hosts.NAME] fingerprint`` takes
@@ -27,6 +29,7 @@ that the two differ (:func:`bot.agent.config.command_drift`).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
@@ -38,11 +41,20 @@ import anyio.to_thread
 import uvicorn
 
 from bot.agent.config import AgentSettings, load_agent_settings
+from bot.agent.http._connections import ConnectionCounts, accept_error_handler, guarded_protocol
 from bot.agent.http.app import create_app
+from bot.agent.rlimits import (
+    ACCEPT_BACKLOG,
+    connection_cap,
+    descriptors_needed,
+    raise_descriptor_limit,
+)
 from bot.agent.service import build_service
+from bot.agent.state_lock import StateDirLock
 from bot.agent.tls import load_server_certificate, plaintext_refusal, transport_warnings
 from bot.agent.write_hook import write_hook_from_environ
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StateDirLocked
+from bot.log_throttle import LogThrottle
 from bot.settings import CONFIG_ENV, find_config_path
 from bot.stoppable_server import StoppableServer
 
@@ -117,16 +129,32 @@ def run(args: argparse.Namespace) -> int:
         log.warning("kimi-ops agent: %s", warning)
     if settings.tls:
         log.info("kimi-ops agent: TLS certificate %s", load_server_certificate(settings))
+    try:
+        # Before the state is opened: a second agent must not migrate, resume or serve it.
+        lock = StateDirLock.acquire(settings.state_dir)
+    except StateDirLocked as exc:
+        print(f"kimi-ops agent: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        return _serve(settings, environ)
+    finally:
+        lock.release()
+
+
+def _serve(settings: AgentSettings, environ: dict[str, str]) -> int:
+    """Build the agent, resume what an earlier run left, and serve until stopped."""
     # A test hook only (bot.agent.write_hook): unset in production, read once here.
     service = build_service(settings, write_hook=write_hook_from_environ(environ))
     drift = service.manager.command_drift()
     if drift is not None:
         log.warning("kimi-ops agent: %s", drift)
+    server: _Server | None = None
     try:
         # Bind first: a taken port must fail before any operation is resumed.
         sock = _bind(settings.listen_host, settings.listen_port)
         service.resume()
-        app = create_app(service)
+        app = create_app(service, settings.http)
+        throttle = LogThrottle(log)
         config = uvicorn.Config(
             app,
             log_config=None,  # keep our logging; uvicorn's access lines carry no headers
@@ -135,11 +163,15 @@ def run(args: argparse.Namespace) -> int:
             server_header=False,
             ssl_certfile=settings.tls_cert,
             ssl_keyfile=settings.tls_key,
+            http=guarded_protocol(
+                _connection_counts(settings), settings.http.header_timeout_s, throttle
+            ),
+            backlog=ACCEPT_BACKLOG,
         )
-        server = _Server(config, settings, app.state.stopping)
+        server = _Server(config, settings, app.state.stopping, throttle)
         server.run(sockets=[sock])
     finally:
-        (settings.state_dir / ADDR_FILE).unlink(missing_ok=True)
+        _remove_addr(settings.state_dir, None if server is None else server.url)
         service.close()
     log.info("kimi-ops agent: stopped")
     return 0
@@ -157,6 +189,24 @@ def _adopt_command(config: str | None) -> int:
     return 0
 
 
+def _connection_counts(settings: AgentSettings) -> ConnectionCounts:
+    """The caps on connections, the total lowered to what the descriptor limit leaves room for
+    (bot.agent.rlimits), with a warning naming the fix when it is."""
+    wanted = settings.http.max_connections
+    soft = raise_descriptor_limit(descriptors_needed(wanted))
+    total = connection_cap(wanted, soft)
+    if total < wanted:
+        log.warning(
+            "kimi-ops agent: the open-file limit is %d; serving at most %d connections instead of "
+            "max_connections %d (raise LimitNOFILE to %d or more)",
+            soft,
+            total,
+            wanted,
+            descriptors_needed(wanted),
+        )
+    return ConnectionCounts(total, settings.http.max_connections_per_client)
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one), before uvicorn takes it."""
     try:
@@ -166,7 +216,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
-        sock.listen(128)
+        sock.listen(ACCEPT_BACKLOG)
     except OSError as exc:
         raise ConfigError(f"[agent] listen {host}:{port} cannot be bound: {exc}") from exc
     sock.set_inheritable(True)
@@ -199,26 +249,47 @@ def _write_addr(state_dir: Path, url: str) -> None:
     os.replace(tmp, path)
 
 
+def _remove_addr(state_dir: Path, written: str | None) -> None:
+    """Remove ``agent.addr`` if it still holds the URL this agent wrote, never another's."""
+    if written is None:
+        return
+    path = state_dir / ADDR_FILE
+    try:
+        if path.read_text(encoding="utf-8").strip() == written:
+            path.unlink()
+    except OSError:
+        pass  # gone already, or unreadable: not ours to fix on the way out
+
+
 class _Server(StoppableServer):
     """The agent's uvicorn: announces its real address, and lets long-polls answer at once when
     it stops (exiting 0 on SIGTERM, as every :class:`StoppableServer`)."""
 
     def __init__(
-        self, config: uvicorn.Config, settings: AgentSettings, stopping: threading.Event
+        self,
+        config: uvicorn.Config,
+        settings: AgentSettings,
+        stopping: threading.Event,
+        throttle: LogThrottle,
     ) -> None:
         super().__init__(config, "kimi-ops agent")
         self._settings = settings
         self._stopping = stopping
+        self._throttle = throttle
+        #: The URL written to ``agent.addr`` once listening (None before).
+        self.url: str | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        # Each long-poll holds a worker thread for up to a minute; keep room for status calls.
+        # Routes run in worker threads (long-polls wait on the loop: bot.agent.http._long_polls).
         anyio.to_thread.current_default_thread_limiter().total_tokens = _WORKER_THREADS
+        asyncio.get_running_loop().set_exception_handler(accept_error_handler(self._throttle))
         await super().startup(sockets=sockets)
         if self.should_exit or not sockets:
             return
         host, port = sockets[0].getsockname()[:2]
         url = _url(str(host), int(port), self._settings.tls)
         _write_addr(self._settings.state_dir, url)
+        self.url = url
         log.info("kimi-ops agent: listening on %s", url)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

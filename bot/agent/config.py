@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_STATUS_TIMEOUT_S",
     "AgentSettings",
     "GuardSettings",
+    "HttpLimits",
     "agent_settings_from_config",
     "command_drift",
     "load_agent_settings",
@@ -85,6 +86,11 @@ _KNOWN_KEYS = (
     "tls_cert",
     "tls_key",
     "allow_plaintext",
+    "header_timeout_s",
+    "max_connections",
+    "max_connections_per_client",
+    "max_body_bytes",
+    "max_polls_per_token",
 )
 
 
@@ -99,6 +105,19 @@ class GuardSettings:
     @property
     def floor_bytes(self) -> float:
         return self.floor_gb * 1e9
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What the API server lets clients hold (``docs/security.md``): the seconds a connection
+    has to send a request's headers, connections in all and per client address, a request body's
+    bytes, and long-polls waiting at once per token."""
+
+    header_timeout_s: float = 10.0
+    max_connections: int = 512
+    max_connections_per_client: int = 64
+    max_body_bytes: int = 64 * 1024
+    max_polls_per_token: int = 16
 
 
 @dataclass(frozen=True)
@@ -143,6 +162,7 @@ class AgentSettings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     allow_plaintext: bool = False
+    http: HttpLimits = field(default_factory=HttpLimits)
 
     @property
     def listen(self) -> str:
@@ -277,6 +297,22 @@ def agent_settings_from_config(
         tls_cert=tls_cert,
         tls_key=tls_key,
         allow_plaintext=section.flag("allow_plaintext", False),
+        http=_http_limits(section),
+    )
+
+
+def _http_limits(section: Section) -> HttpLimits:
+    default = HttpLimits()
+    return HttpLimits(
+        header_timeout_s=_positive(section, "header_timeout_s", default.header_timeout_s),
+        max_connections=section.integer("max_connections", default.max_connections, minimum=1),
+        max_connections_per_client=section.integer(
+            "max_connections_per_client", default.max_connections_per_client, minimum=1
+        ),
+        max_body_bytes=section.integer("max_body_bytes", default.max_body_bytes, minimum=1024),
+        max_polls_per_token=section.integer(
+            "max_polls_per_token", default.max_polls_per_token, minimum=1
+        ),
     )
 
 

@@ -153,6 +153,11 @@ class AgentService:
     ) -> tuple[OperationView, list[ProgressEvent]]:
         return self.manager.wait_events(op_id, after, wait_s)
 
+    def wait_changed(self, timeout_s: float) -> bool:
+        """Block until the state commits an event or an operation change (True), or
+        ``timeout_s`` passes (False): what wakes the API's long-polls."""
+        return self.state.wait_changed(timeout_s)
+
     def recent(self, limit: int) -> list[OperationView]:
         return self.manager.recent(limit)
 

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from bot.agent.config import AgentSettings, load_agent_settings
 from tests._ports import free_port as free_port
 from tests.agent.conftest import PYTHON
 
-TOKEN = "t0ken-for-tests-7f3a9c"
+TOKEN = "t0ken-for-tests-7f3a9c-0123456789abcdef"  # 32+ characters, as the agent wants
 TOKEN_ENV = "KIMI_AGENT_TOKEN"
 KIMI = "kimi-k25-8gpu"
 SMALL = "small-2gpu"
@@ -166,9 +166,14 @@ def agent_env(**extra: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def run_agent(
-    tmp_path: Path, args: list[str], env: dict[str, str], state_dir: Path
+    tmp_path: Path,
+    args: list[str],
+    env: dict[str, str],
+    state_dir: Path,
+    preexec: Callable[[], None] | None = None,
 ) -> Iterator[AgentProcess]:
-    """Start ``python -m bot agent ARGS``; yield once it wrote ``state_dir/agent.addr``."""
+    """Start ``python -m bot agent ARGS`` (``preexec`` run in the child before exec, e.g. to
+    lower its limits); yield once it wrote ``state_dir/agent.addr``."""
     stderr_path = tmp_path / f"agent-{time.monotonic_ns()}.err"
     addr = state_dir / "agent.addr"
     addr.unlink(missing_ok=True)
@@ -178,6 +183,7 @@ def run_agent(
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             env=env,
+            preexec_fn=preexec,
         )
     agent = AgentProcess(process, "", stderr_path)
     try:

@@ -161,3 +161,38 @@ def test_an_edited_command_is_warned_of_and_adopted_by_adopt_command(tmp_path: P
     assert again.returncode == 0, again.stderr
     assert "nothing to adopt" in again.stdout
     assert not make_control(load_agent_settings(config, {TOKEN_ENV: TOKEN})).command_edit()
+
+
+def test_a_second_agent_on_the_same_state_dir_refuses_naming_the_holder(tmp_path: Path) -> None:
+    """A second agent on a state directory a live agent holds exits 2 with one line naming the
+    holder's pid, and leaves the first agent's agent.addr in place; once the first stops, an
+    agent starts there again. Failed before the fix: both agents served and the one that exited
+    deleted the other's agent.addr."""
+    config = write_config(tmp_path, profile=SMALL)
+    state_dir = _state_dir(config)
+    with run_agent(tmp_path, ["--config", str(config)], agent_env(), state_dir) as first:
+        addr_before = (state_dir / "agent.addr").read_text(encoding="utf-8")
+        second = _run(["--config", str(config)], agent_env())
+        assert second.returncode == 2
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, second.stderr
+        assert f"pid {first.process.pid}" in lines[0]
+        assert str(state_dir) in lines[0]
+        assert (state_dir / "agent.addr").read_text(encoding="utf-8") == addr_before
+        status = httpx.get(f"{first.url}/v1/status", headers=auth(), timeout=10)
+        assert status.status_code == 200
+        assert first.stop(signal.SIGTERM) == 0
+    assert not (state_dir / "agent.addr").exists()
+    with run_agent(tmp_path, ["--config", str(config)], agent_env(), state_dir) as third:
+        assert httpx.get(f"{third.url}/healthz", timeout=10).status_code == 200
+        assert third.stop(signal.SIGTERM) == 0
+
+
+def test_an_agent_leaves_an_agent_addr_it_did_not_write(tmp_path: Path) -> None:
+    """An agent whose agent.addr was replaced (another agent's URL) leaves it on exit."""
+    config = write_config(tmp_path, profile=SMALL)
+    state_dir = _state_dir(config)
+    with run_agent(tmp_path, ["--config", str(config)], agent_env(), state_dir) as agent:
+        (state_dir / "agent.addr").write_text("http://127.0.0.1:1\n", encoding="utf-8")
+        assert agent.stop(signal.SIGTERM) == 0
+    assert (state_dir / "agent.addr").read_text(encoding="utf-8") == "http://127.0.0.1:1\n"

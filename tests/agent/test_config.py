@@ -174,3 +174,31 @@ def test_command_drift_names_only_the_edited_flags_and_the_fix() -> None:
     )
     assert "--tp" not in drift
     assert "kimi-ops agent adopt-command --config FILE" in drift
+
+
+def test_http_limits_are_read_with_their_defaults() -> None:
+    """The API's limits default to 10 s, 512 and 64 connections, 64 KB, 16 polls; each key
+    sets its own."""
+    base = {"backend": "systemd"}
+    default = _settings(base).http
+    assert (default.header_timeout_s, default.max_connections) == (10.0, 512)
+    assert (default.max_connections_per_client, default.max_body_bytes) == (64, 65536)
+    assert default.max_polls_per_token == 16
+    given = _settings(
+        {**base, "header_timeout_s": 3, "max_connections": 100, "max_connections_per_client": 9,
+         "max_body_bytes": 4096, "max_polls_per_token": 2}
+    ).http  # fmt: skip
+    assert (given.header_timeout_s, given.max_connections) == (3.0, 100)
+    assert (given.max_connections_per_client, given.max_body_bytes) == (9, 4096)
+    assert given.max_polls_per_token == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("max_connections", 0), ("max_polls_per_token", -1), ("max_body_bytes", 10),
+     ("header_timeout_s", 0)],
+)  # fmt: skip
+def test_a_limit_out_of_range_is_a_config_error_naming_the_key(key: str, value: int) -> None:
+    """A zero or negative limit (or a body limit under 1 KB) fails at start naming the key."""
+    with pytest.raises(ConfigError, match=key):
+        _settings({"backend": "systemd", key: value})

@@ -29,7 +29,7 @@ from bot.vocab import FINAL_OPERATION_STATES, OperationState
 from tests._ports import free_port as free_port
 
 PYTHON = sys.executable
-TOKEN = "chat-t0ken-4e1d"
+TOKEN = "chat-t0ken-4e1d-0123456789abcdef0123"  # 32+ characters, as the agent wants
 TOKEN_ENV = "KIMI_AGENT_TOKEN"
 KIMI = "kimi-k25-8gpu"
 SMALL = "small-2gpu"

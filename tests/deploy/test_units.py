@@ -8,11 +8,15 @@ executable, since no kimi-ops is installed under /opt here.
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from bot.agent.config import HttpLimits
+from bot.agent.rlimits import SERVER_LIMITS, descriptors_needed
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 BOT_UNIT = DEPLOY / "kimi-ops-bot.service"
@@ -134,3 +138,29 @@ def test_agent_unit_says_why_it_needs_its_rights() -> None:
     )
     for reason in ("systemctl", "ONE unit", "drop-in directory", "journal", "root", "owns the"):
         assert reason in comments, reason
+
+
+def _limit(value: str) -> tuple[int, int]:
+    """A systemd ``Limit*=`` value (``soft:hard``, one value for both, ``infinity``)."""
+    soft, _, hard = value.partition(":")
+
+    def number(text: str) -> int:
+        return resource.RLIM_INFINITY if text == "infinity" else int(text)
+
+    return number(soft), number(hard or soft)
+
+
+def test_agent_unit_gives_room_for_its_connections_and_the_servers_limits() -> None:
+    """The agent's soft open-file limit fits its default connections and its own files, and its
+    hard limits let the process backend's server have the example SGLang unit's. Failed before
+    the fix: the agent's unit set no limit (1,024 files, and the server inherited them)."""
+    agent = _service_section(AGENT_UNIT)
+    server = _service_section(DEPLOY / "sglang-kimi.service")
+    soft, hard = _limit(_last(agent, "LimitNOFILE") or "")
+    assert soft >= descriptors_needed(HttpLimits().max_connections)
+    server_files = _limit(_last(server, "LimitNOFILE") or "")
+    server_memlock = _limit(_last(server, "LimitMEMLOCK") or "")
+    assert hard >= server_files[1]
+    assert _limit(_last(agent, "LimitMEMLOCK") or "") == server_memlock
+    wanted = {limit.name: (limit.soft, limit.hard) for limit in SERVER_LIMITS}
+    assert wanted == {"NOFILE": server_files, "MEMLOCK": server_memlock}

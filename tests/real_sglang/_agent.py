@@ -35,7 +35,7 @@ __all__ = [
     "write_agent_config",
 ]
 
-TOKEN = "real-sglang-t0ken-5e1f"
+TOKEN = "real-sglang-t0ken-5e1f-0123456789abcdef"  # 32+ characters, as the agent wants
 TOKEN_ENV = "KIMI_AGENT_TOKEN"
 FINAL = frozenset({OperationState.READY, OperationState.FAILED, OperationState.ROLLED_BACK})
 # A real start takes 20 s on 2 idle cores and several minutes when the machine is busy; the

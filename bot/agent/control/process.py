@@ -43,6 +43,7 @@ from bot.agent.control.protocol import (
     StopResult,
 )
 from bot.agent.host.probe import ServerCgroup
+from bot.agent.rlimits import SERVER_LIMITS, applier, fitted
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
@@ -295,6 +296,8 @@ class ProcessControl:
                         STATE_DIR_ENV: str(self._state_dir),
                     },
                     start_new_session=True,  # its own process group: stop() signals all of it
+                    # The example unit's LimitNOFILE and LimitMEMLOCK, as far as ours allow.
+                    preexec_fn=applier(fitted(SERVER_LIMITS)),
                 )
         except OSError as exc:
             raise BackendError(f"cannot start {argv[0]!r}: {exc}") from exc

@@ -9,8 +9,9 @@ came up, the served setting differing from the applied one, or the hard ceiling 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from bot.agent.cmdline import HiCacheSetting
 from bot.agent.control.protocol import LogSource
@@ -20,6 +21,9 @@ from bot.agent.engine.notices import NoticeKey
 from bot.agent.engine.progress import ProgressModel
 from bot.agent.engine.served_setting import reported_mismatch
 from bot.agent.engine.watcher import Draft, StartWatcher
+from bot.agent.rlimits import out_of_descriptors
+from bot.errors import KimiOpsError
+from bot.log_throttle import LogThrottle
 from bot.vocab import EventPhase, FailureKind, OperationState
 
 __all__ = ["DRAIN_S", "FOLLOW_S", "LAG_S", "StartFollower"]
@@ -32,6 +36,24 @@ FOLLOW_S = 0.1
 DRAIN_S = 0.5
 # /health answered 200 before the log showed HTTP up: how long the log may lag behind it.
 LAG_S = 5.0
+
+
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
+
+
+def _unless_out_of_fds(call: Callable[[], _T], what: str, throttle: LogThrottle) -> _T | None:
+    """``call()``, or None when it failed for want of file descriptors (logged at most once a
+    minute): running out of them is the agent's trouble, never a reason to fail the start."""
+    try:
+        return call()
+    except KimiOpsError as exc:
+        if not out_of_descriptors(exc):
+            raise
+        throttle.warning(
+            what, "could not %s: %s; the agent is out of file descriptors, retrying", what, exc
+        )
+        return None
 
 
 class StartFollower:
@@ -59,6 +81,7 @@ class StartFollower:
         self._active_state = active_state
         self._stalled = False
         self._problem: str | None = None
+        self._fd_warnings = LogThrottle(log)
 
     def _draft(self, draft: Draft) -> None:
         if draft.from_log:
@@ -115,7 +138,7 @@ class StartFollower:
             if ctx.stop.is_set():
                 raise Abandoned
             now = clock.monotonic()
-            for draft in watcher.feed(source.read_new(), now) + watcher.tick(now):
+            for draft in watcher.feed(self._read(source), now) + watcher.tick(now):
                 self._draft(draft)
                 if draft.from_log:
                     last_move = now
@@ -126,8 +149,12 @@ class StartFollower:
                     return self._tripped(trip)
             if now >= next_status:
                 next_status = now + poll
-                status = ctx.control.status()
-                if not status.running or (self.pid is not None and status.main_pid != self.pid):
+                status = _unless_out_of_fds(
+                    ctx.control.status, "read the server's status", self._fd_warnings
+                )
+                if status is None:
+                    pass  # no descriptor to read it with: asked again next poll
+                elif not status.running or (self.pid is not None and status.main_pid != self.pid):
                     return self._died(source, status.exit_status)
             figures = watcher.figures
             if figures.log_ready and not saw_ready_line:
@@ -206,11 +233,16 @@ class StartFollower:
         clock, watcher = self.ctx.clock, self.watcher
         deadline = clock.monotonic() + wait_s
         while not until() and clock.monotonic() < deadline:
-            text = source.read_new()
+            text = self._read(source)
             for draft in watcher.feed(text, clock.monotonic()):
                 self._draft(draft)
             if not text:
                 clock.sleep(0.05)
+
+    def _read(self, source: LogSource) -> str:
+        """What the log added since the last read; nothing while the agent is out of file
+        descriptors (said in its log, and read again at the next turn: nothing is lost)."""
+        return _unless_out_of_fds(source.read_new, "read the server's log", self._fd_warnings) or ""
 
     def _died(self, source: LogSource, exit_status: int | None) -> StartOutcome:
         """The process is gone: read its last lines, then classify from what the log said."""

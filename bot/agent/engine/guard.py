@@ -31,7 +31,9 @@ from typing import Any
 from bot.agent.config import GuardSettings
 from bot.agent.engine.watcher import StartFigures
 from bot.agent.host.probe import HostProbe, RamFacts
+from bot.agent.rlimits import out_of_descriptors
 from bot.errors import ProbeError
+from bot.log_throttle import LogThrottle
 from bot.planner import GB
 from bot.startup import KV_HOST_POOL
 from bot.vocab import FailureKind
@@ -119,6 +121,7 @@ class StartGuard:
         self._pools_seen: tuple[str, ...] = ()
         self._next_sample: float | None = None
         self.lowest_room_bytes: int | None = None
+        self._warnings = LogThrottle(log)
 
     def check(self, figures: StartFigures, now: float) -> GuardTrip | None:
         """A trip if the logged host pools are over budget or RAM is below the floor, else None
@@ -168,7 +171,11 @@ class StartGuard:
         try:
             ram = self.probe.ram()
         except ProbeError as exc:  # a probe hiccup is no reason to kill a start
-            log.warning("the startup guard could not read host RAM: %s", exc)
+            # Once a minute at most: out of file descriptors, every sample fails.
+            fds = "; the agent is out of file descriptors" if out_of_descriptors(exc) else ""
+            self._warnings.warning(
+                "ram", "the startup guard could not read host RAM: %s%s", exc, fds
+            )
             return None
         room = room_left(ram)
         if self.lowest_room_bytes is None or room < self.lowest_room_bytes:

@@ -27,6 +27,7 @@ from bot.agent.host.probe import (
     released_within,
 )
 from bot.clock import Clock, SystemClock
+from bot.errors import ProbeError, SimError
 from bot.sim import HostProfile, HostSnapshot, load_profile, read_host_state, state_dir_for
 
 if TYPE_CHECKING:
@@ -68,9 +69,12 @@ class SimProbe:
         return cls(profile, state_dir_for(profile, environ), clock=clock)
 
     def _snapshot(self) -> HostSnapshot:
-        return read_host_state(
-            self.profile, self.state_dir, None if self._now is None else self._now()
-        )
+        try:
+            return read_host_state(
+                self.profile, self.state_dir, None if self._now is None else self._now()
+            )
+        except (OSError, SimError) as exc:  # as the real probe's psutil errors: a ProbeError
+            raise ProbeError(f"cannot read the simulated host in {self.state_dir}: {exc}") from exc
 
     def ram(self, server: ServerCgroup | None = None) -> RamFacts:
         """The simulated host's RAM; with a profile's ``cgroup_limit_gb``, the memory cgroup the

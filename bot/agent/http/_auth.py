@@ -1,4 +1,5 @@
-"""Two ASGI layers around the agent's API: the bearer-token check, and the last-resort catch.
+"""Three ASGI layers around the agent's API: the bearer-token check, the body limit, and the
+last-resort catch.
 
 The token check runs before routing and before the body is read, so a request without one of
 the accepted tokens (:mod:`bot.agent.tokens`) learns nothing (not whether the path exists, not
@@ -20,7 +21,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.agent.tokens import AgentToken, TokenSet
 
-__all__ = ["CALLER_STATE", "READ_ONLY_REQUESTS", "BearerAuth", "CatchAll", "matching_token"]
+__all__ = [
+    "CALLER_STATE",
+    "READ_ONLY_REQUESTS",
+    "TOKEN_STATE",
+    "BearerAuth",
+    "BodyLimit",
+    "CatchAll",
+    "matching_token",
+]
 
 log = logging.getLogger("bot.agent.http.app")
 
@@ -30,6 +39,8 @@ FORBIDDEN = json.dumps(
 ).encode()
 #: The request-state key holding the matched token's caller name (None for an unnamed token).
 CALLER_STATE = "caller"
+#: The request-state key holding the matched token itself (what per-token limits count by).
+TOKEN_STATE = "token"
 #: What a read-only token may do besides GET and HEAD: planning changes nothing.
 READ_ONLY_REQUESTS = frozenset({("POST", "/v1/plans")})
 
@@ -84,8 +95,71 @@ class BearerAuth:
         if not _may(token, scope["method"], scope["path"]):
             await _send_json(send, 403, FORBIDDEN, [])
             return
-        scope.setdefault("state", {})[CALLER_STATE] = token.name
+        state = scope.setdefault("state", {})
+        state[CALLER_STATE] = token.name
+        state[TOKEN_STATE] = token
         await self.app(scope, receive, send)
+
+
+def _too_large(max_bytes: int) -> bytes:
+    return json.dumps(
+        {"detail": f"request body over {max_bytes} bytes; the agent's requests are small JSON"}
+    ).encode()
+
+
+class _BodyTooLarge(Exception):
+    """Raised from ``receive`` when the streamed body passes the limit (it stops the app)."""
+
+
+class BodyLimit:
+    """Answer 413 to a request whose body is over ``max_bytes``, before reading past the limit:
+    the declared ``Content-Length`` up front, a chunked body counted as it streams."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self._max = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next(
+            (value for name, value in scope["headers"] if name.lower() == b"content-length"), None
+        )
+        if declared is not None and declared.strip().isdigit() and int(declared) > self._max:
+            await _send_json(send, 413, _too_large(self._max), [(b"connection", b"close")])
+            return
+        received = 0
+        exceeded = started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, exceeded
+            if exceeded:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self._max:
+                    exceeded = True
+                    raise _BodyTooLarge
+            return message
+
+        async def holding_send(message: Message) -> None:
+            nonlocal started
+            if exceeded and not started:
+                return  # the app's answer to a cut body (a 400, say): the 413 goes instead
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, holding_send)
+        except _BodyTooLarge:
+            pass
+        except Exception:
+            if not exceeded:
+                raise
+        if exceeded and not started:
+            await _send_json(send, 413, _too_large(self._max), [(b"connection", b"close")])
 
 
 class CatchAll:

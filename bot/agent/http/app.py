@@ -19,12 +19,16 @@ any other KimiOpsError 503  ``{"detail": message}`` (the host or the server coul
 A 503 is also logged as a warning with the same message: the operator on the host sees in the
 agent's log what the caller was told (a full disk under the state file, a backend refusing).
 
-Routes are plain ``def`` functions: FastAPI runs them in its thread pool, so a long-poll waiting
-on the operation engine never blocks the event loop.
+Routes are plain ``def`` functions, which FastAPI runs in its thread pool, but for the long-poll:
+it waits on the event loop and reads through a pool of its own (:mod:`bot.agent.http._long_polls`),
+so any number of waiting polls leaves the pool to ``/v1/status``. A token with
+``[agent] max_polls_per_token`` polls waiting gets ``429`` with ``Retry-After`` for one more.
+Bodies over ``[agent] max_body_bytes`` get ``413`` before they are read (:mod:`._auth`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -34,8 +38,11 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.types import Receive
 
-from bot.agent.http._auth import CALLER_STATE, BearerAuth, CatchAll
+from bot.agent.config import HttpLimits
+from bot.agent.http._auth import CALLER_STATE, TOKEN_STATE, BearerAuth, BodyLimit, CatchAll
+from bot.agent.http._long_polls import RECHECK_S, ChangeFeed, PollSlots, client_gone
 from bot.agent.tokens import TokenSet
 from bot.errors import (
     InputError,
@@ -57,7 +64,8 @@ MAX_WAIT_S = 60.0
 # Far beyond any host (a PB per rank), small enough that the planner's arithmetic stays finite.
 _MAX_RATIO = 1e6
 _MAX_SIZE_GB = 1e6
-_SLICE_S = 1.0
+#: What a long-poll refused for its token's cap is told to wait before asking again.
+POLL_RETRY_AFTER_S = 2
 
 
 class _Dict(Protocol):
@@ -99,6 +107,8 @@ class ApiService(Protocol):
     def wait_events(
         self, op_id: int, after: int, wait_s: float
     ) -> tuple[_Operation, list[Any]]: ...
+
+    def wait_changed(self, timeout_s: float) -> bool: ...
 
     def recent(self, limit: int) -> list[Any]: ...
 
@@ -179,8 +189,10 @@ class OperationBody(BaseModel):
         return self
 
 
-def create_app(service: ApiService) -> FastAPI:
-    """The ASGI app serving ``service``, guarded by its token."""
+def create_app(service: ApiService, limits: HttpLimits | None = None) -> FastAPI:
+    """The ASGI app serving ``service``, guarded by its token, within ``limits`` (default: the
+    settings' defaults)."""
+    limits = HttpLimits() if limits is None else limits
     app = FastAPI(
         title="kimi-ops agent",
         version="1",
@@ -197,6 +209,8 @@ def create_app(service: ApiService) -> FastAPI:
     # Set by the server on shutdown: long-polls then answer at once.
     stopping = threading.Event()
     app.state.stopping = stopping
+    feed = ChangeFeed(service.wait_changed, stopping)
+    slots = PollSlots(limits.max_polls_per_token)
 
     @app.get("/healthz", summary="liveness of the agent itself (no token needed)")
     def healthz() -> dict[str, str]:
@@ -255,20 +269,34 @@ def create_app(service: ApiService) -> FastAPI:
         "/v1/operations/{op_id}",
         summary="an operation and its events after SEQ (long-poll up to WAIT seconds)",
         description=f"WAIT is cut to {MAX_WAIT_S:g} s; events are kept, so nothing is lost.",
-        responses={404: {"description": "no such operation"}},
+        responses={
+            404: {"description": "no such operation"},
+            429: {"description": "this token has max_polls_per_token long-polls waiting"},
+        },
     )
-    def operation(
+    async def operation(
+        request: Request,
         op_id: Annotated[int, Path(ge=1, le=2**62)],
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         wait: Annotated[float, Query(ge=0, allow_inf_nan=False)] = 0.0,
-    ) -> dict[str, Any]:
-        # Wait in slices so a shutting-down agent frees this thread within a slice.
-        deadline = time.monotonic() + min(wait, MAX_WAIT_S)
-        while True:
-            remaining = deadline - time.monotonic()
-            view, events = service.wait_events(op_id, after, max(0.0, min(_SLICE_S, remaining)))
-            if events or remaining <= _SLICE_S or stopping.is_set():
-                break
+    ) -> Any:
+        token = request.scope.get("state", {}).get(TOKEN_STATE)
+        if wait > 0 and not slots.take(token):
+            return JSONResponse(
+                {
+                    "detail": f"this token already has {slots.per_token} long-polls waiting "
+                    f"([agent] max_polls_per_token); retry in {POLL_RETRY_AFTER_S} s"
+                },
+                status_code=429,
+                headers={"retry-after": str(POLL_RETRY_AFTER_S)},
+            )
+        try:
+            view, events = await _long_poll(
+                feed, service, op_id, after, wait, stopping, request.receive
+            )
+        finally:
+            if wait > 0:
+                slots.give_back(token)
         listed = [event.to_dict() for event in events]
         return {
             "id": view.id,
@@ -286,10 +314,44 @@ def create_app(service: ApiService) -> FastAPI:
     def revisions() -> dict[str, Any]:
         return {"revisions": [revision.to_dict() for revision in service.revisions()]}
 
-    # Outermost first: the catch-all wraps the token check, which runs before any routing.
+    # Added innermost first: the catch-all wraps the token check, which runs before the body
+    # limit (a request without a token learns nothing, not even the limit) and any routing.
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(BearerAuth, tokens=service.tokens, open_paths=("/healthz",))
     app.add_middleware(CatchAll)
     return app
+
+
+async def _long_poll(
+    feed: ChangeFeed,
+    service: ApiService,
+    op_id: int,
+    after: int,
+    wait: float,
+    stopping: threading.Event,
+    receive: Receive,
+) -> tuple[Any, list[Any]]:
+    """The operation and its events after ``after``, waiting up to ``wait`` (cut to MAX_WAIT_S)
+    for one on the event loop, never in a worker thread; a client that left ends the wait."""
+    deadline = time.monotonic() + min(wait, MAX_WAIT_S)
+    gone = asyncio.ensure_future(client_gone(receive)) if wait > 0 else None
+    try:
+        while True:
+            woken = feed.subscribe()  # before the read: a change right after it still wakes us
+            try:
+                view, events = await feed.read(service.wait_events, op_id, after, 0.0)
+            except BaseException:
+                feed.unsubscribe(woken)
+                raise
+            remaining = deadline - time.monotonic()
+            left = gone is not None and gone.done()
+            if events or remaining <= 0 or stopping.is_set() or left:
+                feed.unsubscribe(woken)
+                return view, events
+            await feed.wait(woken, min(remaining, RECHECK_S), gone)
+    finally:
+        if gone is not None:
+            gone.cancel()
 
 
 def _add_error_handlers(app: FastAPI) -> None:

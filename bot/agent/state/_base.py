@@ -69,10 +69,11 @@ class StateBase:
         with self._changed:
             self._changed.notify_all()
 
-    def wait_changed(self, timeout_s: float) -> None:
-        """Block until an event or an operation change is committed, or ``timeout_s`` passes."""
+    def wait_changed(self, timeout_s: float) -> bool:
+        """Block until an event or an operation change is committed (True), or ``timeout_s``
+        passes (False)."""
         with self._changed:
-            self._changed.wait(max(0.0, timeout_s))
+            return self._changed.wait(max(0.0, timeout_s))
 
 
 class _Guard:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 from pathlib import Path
@@ -452,3 +453,52 @@ def test_a_command_written_by_the_agent_is_no_edit_but_an_edited_config_is(
     assert again.read_command() == edited
     assert again.previous_command() == resized
     assert again.command_edit() is None
+
+
+_PRINT_LIMITS = (
+    "import resource\n"
+    "for name in ('NOFILE', 'MEMLOCK'):\n"
+    "    print(name, *resource.getrlimit(getattr(resource, 'RLIMIT_' + name)), flush=True)\n"
+)
+# An agent whose soft limits are low (as an unconfigured service's are) starting the server.
+_AGENT_WITH_LOW_LIMITS = (
+    "import resource, sys, time\n"
+    "from pathlib import Path\n"
+    "from bot.agent.control.process import ProcessControl\n"
+    "from bot.clock import SystemClock\n"
+    "for which, soft in ((resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_MEMLOCK, 65536)):\n"
+    "    resource.setrlimit(which, (soft, resource.getrlimit(which)[1]))\n"
+    "tmp = Path(sys.argv[1])\n"
+    "control = ProcessControl(tmp / 'state', [sys.executable, '-c', sys.argv[2]],\n"
+    "                         tmp / 'server.log', {}, SystemClock())\n"
+    "control.start('limits:1')\n"
+    "deadline = time.monotonic() + 30\n"
+    "while control.status().running and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+@pytest.mark.slow
+def test_the_server_gets_the_example_units_limits_as_far_as_the_agents_allow(
+    tmp_path: Path,
+) -> None:
+    """The server an agent with low soft limits starts has LimitNOFILE 65535 and LimitMEMLOCK
+    infinity, cut to the agent's hard limits (which an unprivileged process cannot raise), not
+    the agent's 256 files and 64 KiB. Failed before the fix: the server inherited them."""
+    subprocess.run(
+        [PYTHON, "-c", _AGENT_WITH_LOW_LIMITS, str(tmp_path), _PRINT_LIMITS],
+        check=True,
+        timeout=60,
+    )
+    shown = {
+        name: (int(soft), int(hard))
+        for name, soft, hard in (
+            line.split() for line in (tmp_path / "server.log").read_text().splitlines()
+        )
+    }
+    nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    memlock_hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    infinity = resource.RLIM_INFINITY
+    nofile_soft = 65535 if nofile_hard == infinity else min(65535, nofile_hard)
+    assert shown["NOFILE"] == (nofile_soft, nofile_hard)
+    assert shown["MEMLOCK"] == (memlock_hard, memlock_hard)

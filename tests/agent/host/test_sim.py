@@ -13,6 +13,7 @@ from bot.agent.config import AgentSettings
 from bot.agent.host.sim import SIM_CGROUP, SimProbe
 from bot.agent.service import make_probe
 from bot.agent.tokens import TokenSet
+from bot.errors import ProbeError
 from bot.settings import Secret
 from bot.sim import load_profile
 from tests.agent.conftest import Spawn, wait_until
@@ -75,3 +76,13 @@ def test_a_profile_with_a_cgroup_limit_is_the_servers_memory_domain(tmp_path: Pa
     assert ram.cgroup_path == SIM_CGROUP
     assert ram.cgroup_used_bytes == 0  # no simulated server holds anything yet
     assert ram.headroom_bytes == 14 * 10**9  # the cgroup's 14 GB, under the host's 60 GB
+
+
+def test_an_unreadable_simulated_host_is_a_probe_error(tmp_path: Path) -> None:
+    """A state directory that cannot be opened (a file in its place, as a full descriptor table
+    makes every open fail) is a ProbeError, as the real probe's psutil failures are, so the
+    startup guard retries it rather than failing the start."""
+    (tmp_path / "taken").write_text("not a directory")
+    probe = SimProbe(load_profile("small-2gpu"), tmp_path / "taken")
+    with pytest.raises(ProbeError, match="cannot read the simulated host"):
+        probe.ram()
