@@ -17,10 +17,11 @@ from datetime import datetime
 from typing import Protocol
 
 from bot.agent_json import AgentEvent, AgentOperation, PlannedChange
+from bot.hicache import HiCacheSetting
 from bot.chat.policy import ProposalTerms, Refusal
 from bot.chat.progress import ProgressView
 
-__all__ = ["Audit", "HistoryEntry", "Watch"]
+__all__ = ["Audit", "HistoryEntry", "RollbackTarget", "Watch"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,19 @@ class HistoryEntry:
     failure_kind: str | None
 
 
+@dataclass(frozen=True)
+class RollbackTarget:
+    """The configuration a rollback returns a host to: the audit's revision ``revision`` (the
+    number ``history`` shows), which is the host agent's own revision ``agent_revision``."""
+
+    revision: int
+    host: str
+    agent_revision: int
+    setting: HiCacheSetting
+    applied_by: str | None
+    applied_at: datetime | None
+
+
 class Audit(Protocol):
     """Everything the core records and reads back."""
 
@@ -65,7 +79,14 @@ class Audit(Protocol):
         at: datetime,
         expires_at: datetime,
         channel: str,
+        returns_to: int | None = None,
     ) -> ProposalTerms: ...
+
+    def rollback_target(self, host: str | None, revision: int | None) -> RollbackTarget:
+        """Where ``rollback [revision] [host]`` returns: revision ``revision`` of the history
+        (of ``host`` when given), or ``host``'s last other config that became ready when None.
+        Raises :class:`~bot.errors.NotFound` or :class:`~bot.errors.InputError` saying why not."""
+        ...
 
     def proposal(self, proposal_id: int) -> ProposalTerms: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from bot.chat.audit import RollbackTarget
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import ProgressView
 from bot.reports.model import ServerMetrics
@@ -24,6 +25,8 @@ __all__ = [
     "load_text",
     "local_time",
     "refusal_text",
+    "rollback_head",
+    "rollback_to_off_text",
     "uptime_text",
 ]
 
@@ -125,6 +128,27 @@ def refusal_text(refusal: Refusal) -> str:
         by = f" by {refusal.by}" if refusal.by else ""
         return f"{pid} was already {refusal.detail}{by} at {hhmm(refusal.at)}"
     return f"{pid} cannot be applied: the plan was refused. {refusal.detail}".rstrip()
+
+
+def rollback_head(target: RollbackTarget) -> str:
+    """What a rollback proposal returns to, by the number ``history`` shows:
+    ``Roll back kimi-01 to revision 7: ratio 4 x device pool (applied by ana on 2026-12-01
+    14:02 UTC)``."""
+    who = target.applied_by or "the agent"
+    when = "" if target.applied_at is None else f" on {target.applied_at:%Y-%m-%d %H:%M} UTC"
+    return (
+        f"Roll back {target.host} to revision {target.revision}: "
+        f"{target.setting.effective_phrase()} (applied by {who}{when})"
+    )
+
+
+def rollback_to_off_text(target: RollbackTarget) -> str:
+    """Why a rollback to a config with HiCache off is not proposed."""
+    return (
+        f"revision {target.revision} of {target.host} ran with HiCache off; a rollback is "
+        "planned as a HiCache change, so this one cannot be proposed: edit the command line "
+        "on the host"
+    )
 
 
 def uptime_text(seconds: float | None) -> str:

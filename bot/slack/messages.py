@@ -24,7 +24,7 @@ from bot.agent_json import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
 from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
-from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -92,6 +92,11 @@ def _eta(seconds: float | None) -> str:
 
 
 def _proposal_head(reply: ProposalReply) -> str:
+    if reply.rollback is not None:
+        return (
+            f"*Proposal #{reply.id}*: {rollback_head(reply.rollback)}  "
+            f"(asked by {_who(reply.proposed_by)})"
+        )
     now = f"{reply.current} -> " if reply.current else ""
     return (
         f"*Proposal #{reply.id} for {reply.host}*: hicache {now}{reply.plan.setting}  "
@@ -140,6 +145,8 @@ def proposal(reply: ProposalReply) -> SlackMessage:
             context(f"Apply re-checks the host first. Expires {hhmm(reply.expires_at)}."),
         ]
         text = f"Proposal #{reply.id} for {reply.host}: {plan.setting} fits ({plan.reason})"
+        if reply.rollback is not None:
+            text = f"Proposal #{reply.id}: {rollback_head(reply.rollback)}; fits ({plan.reason})"
     else:
         blocks.append(context("Nothing to apply: ask again with a value that fits."))
         text = f"Proposal #{reply.id} for {reply.host}: {plan.setting} refused ({plan.reason})"

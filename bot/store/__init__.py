@@ -22,6 +22,7 @@ from bot.store.from_agent import (
     record_agent_operation,
     record_agent_plan,
     record_agent_proposal,
+    revision_of_agent,
 )
 from bot.store.migrate import (
     current_revision,
@@ -76,6 +77,7 @@ __all__ = [
     "record_agent_plan",
     "record_agent_proposal",
     "resolve_url",
+    "revision_of_agent",
     "upgrade",
     "upgrade_to_head",
 ]

@@ -333,6 +333,35 @@ class RevisionsMixin(StoreBase):
             session.flush()
             return revision_record(row)
 
+    def link_rollback(self, revision_id: int, rollback_of: int) -> RevisionRecord:
+        """A rollback proposal (``returned_to`` set when proposed) started on the host, undoing
+        ``rollback_of``, the revision running there then; its ``agent_returned_to`` becomes
+        ``returned_to``'s agent id. Linking the same again is a no-op; another is refused."""
+        with self._write("link a rollback") as session:
+            row = row_by_id(session, RevisionRow, revision_id, lock=True)
+            if row.returned_to is None:
+                raise InputError(
+                    f"revision {row.id} returns to no revision; only a rollback undoes one"
+                )
+            if row.rollback_of == rollback_of:
+                return revision_record(row)
+            if row.rollback_of is not None:
+                raise InputError(
+                    f"revision {row.id} already rolls back revision {row.rollback_of}, "
+                    f"not {rollback_of}"
+                )
+            undone = row_by_id(session, RevisionRow, rollback_of)
+            if undone.host != row.host or undone.id == row.id:
+                raise InputError(
+                    f"revision {undone.id} of host {undone.host!r} cannot be what revision "
+                    f"{row.id} of {row.host!r} rolls back; a rollback stays on its host"
+                )
+            row.rollback_of = undone.id
+            row.agent_returned_to = row_by_id(
+                session, RevisionRow, row.returned_to
+            ).agent_revision_id
+            return revision_record(row)
+
     def record_agent_revision(
         self, revision_id: int, agent_revision_id: int, command_line: Iterable[str]
     ) -> RevisionRecord:

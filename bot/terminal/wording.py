@@ -38,7 +38,7 @@ from bot.chat.replies import (
     StatusReply,
     UsageReply,
 )
-from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -153,6 +153,8 @@ def _proposal(reply: ProposalReply) -> list[str]:
     plan = reply.plan
     now = f"{reply.current} -> " if reply.current else ""
     head = f"Proposal #{reply.id} for {reply.host}: hicache {now}{plan.setting}"
+    if reply.rollback is not None:
+        head = f"Proposal #{reply.id}: {rollback_head(reply.rollback)}"
     lines = [head, *_plan_lines(plan)]
     if plan.fits:
         lines += [

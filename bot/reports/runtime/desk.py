@@ -5,6 +5,7 @@ stored samples, planner-checked advice, and the schedules in the store.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -62,10 +63,21 @@ class ReportDesk:
 
     def gather(self, hosts: tuple[str, ...]) -> tuple[HostReport, ...]:
         """Every host's report now; what each answering host said is also stored as a sample."""
-        reports = collect_reports(hosts, self._clients, self._source, self._clock)
+        reports = tuple(
+            self._audit_numbered(report)
+            for report in collect_reports(hosts, self._clients, self._source, self._clock)
+        )
         samples = [sample for sample in map(sample_of, reports) if sample is not None]
         self._store.add_capacity_samples(samples)
         return reports
+
+    def _audit_numbered(self, report: HostReport) -> HostReport:
+        """The report with its revision as ``history`` numbers it: the agents count their own
+        revisions, each from 1, so the agent's number means nothing beside the history."""
+        if report.revision is None:
+            return report
+        found = self._store.revision_by_agent_id(report.host, report.revision)
+        return dataclasses.replace(report, revision=None if found is None else found.id)
 
     def forget_old_samples(self) -> int:
         """Delete the samples older than ``[reports] keep_days``; how many went."""
