@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import Protocol
 
 from bot.agent_json import AgentEvent, AgentOperation, PlannedChange
-from bot.hicache import HiCacheSetting
 from bot.chat.policy import ProposalTerms, Refusal
 from bot.chat.progress import ProgressView
+from bot.hicache import HiCacheSetting
 
 __all__ = ["Audit", "HistoryEntry", "RollbackTarget", "Watch"]
 

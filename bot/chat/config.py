@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 from bot.chat._usage import VERBS
 from bot.chat.agent_tls import TlsPolicy
 from bot.errors import ConfigError
+from bot.reports.settings import load_report_settings
 from bot.settings import Secret, Section, secret_from_env
 from bot.tls import is_loopback, parse_fingerprint
 
@@ -97,6 +98,9 @@ class ChatSettings:
     hosts: tuple[HostSettings, ...]
     policy: PolicySettings = PolicySettings()
     update_interval_s: float = DEFAULT_UPDATE_INTERVAL_S
+    #: ``[reports] timezone``: where ``report daily HH:MM`` is read and times are shown, in
+    #: every process of the config (a terminal too, which runs no report scheduler).
+    timezone: str = "UTC"
 
     @property
     def host_names(self) -> tuple[str, ...]:
@@ -149,6 +153,7 @@ def _read(config: Mapping[str, Any]) -> ChatSettings:
         update_interval_s=bot.number(
             "update_interval_s", DEFAULT_UPDATE_INTERVAL_S, minimum=_MIN_UPDATE_INTERVAL_S
         ),
+        timezone=load_report_settings(config).timezone,
     )
 
 

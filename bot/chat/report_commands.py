@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot.chat.change_commands import propose
 from bot.chat.grammar import Report, ReportDaily, ReportEvery, ReportOff, ReportSchedules
-from bot.chat.handler_context import Context
+from bot.chat.handler_context import REPORTS_PROPOSER, Context
 from bot.chat.policy import Action, Actor
 from bot.chat.replies import (
     HostReportView,
@@ -34,8 +34,6 @@ __all__ = [
     "report_schedules",
 ]
 
-#: Who proposes what a capacity report recommends (the bot, not the person who asked for it).
-REPORTS_PROPOSER = "kimi-ops-reports"
 _NO_REPORTS = (
     "capacity reports are not set up in this kimi-ops process ('status' shows the figures)"
 )
@@ -43,10 +41,10 @@ _NO_REPORTS = (
 
 def _host_view(ctx: Context, report: HostReport, review: HostReview) -> HostReportView:
     if not report.answered:
-        return HostReportView(report)
+        return HostReportView(report, chart=review.chart)
     advice, proposal = review.advice, None
     if advice is not None:
-        proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
+        proposal = propose(ctx, report.host, ctx.reports_proposer, advice.change, advice.current)
     return HostReportView(
         report,
         chart=review.chart,
@@ -105,7 +103,13 @@ def report_off(ctx: Context, actor: Actor, command: ReportOff) -> Reply:
     reporter = _scheduler_of(ctx, actor)
     if isinstance(reporter, ProblemReply | RefusalReply):
         return reporter
-    return ReportStoppedReply(ctx.channel, reporter.unschedule(ctx.channel))
+    stopped = reporter.unschedule(ctx.channel, command.schedule_id)
+    if command.schedule_id is not None and not stopped:
+        return ProblemReply(
+            f"there is no report schedule #{command.schedule_id} in {ctx.channel}; "
+            "'report schedules' lists them"
+        )
+    return ReportStoppedReply(ctx.channel, stopped)
 
 
 def report_schedules(ctx: Context, actor: Actor, command: ReportSchedules) -> Reply:

@@ -26,9 +26,9 @@ from bot.store import (
     RevisionOutcome,
     RevisionRecord,
     Store,
+    read_revisions,
     record_agent_events,
     record_agent_operation,
-    read_revisions,
     record_agent_proposal,
     revision_of_agent,
 )

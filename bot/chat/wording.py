@@ -152,11 +152,18 @@ def rollback_to_off_text(target: RollbackTarget) -> str:
 
 
 def uptime_text(seconds: float | None) -> str:
-    """A server's uptime as H:MM:SS, "?" when unknown."""
+    """A server's uptime, the same on every surface, in units that cannot be misread:
+    ``42 s``, ``3 min 23 s``, ``2 h 05 min``, ``3 d 04 h``; ``?`` when unknown."""
     if seconds is None:
         return "?"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole // 60 % 60:02d} min"
+    return f"{whole // 86400} d {whole // 3600 % 24:02d} h"
 
 
 def load_text(metrics: ServerMetrics | None) -> str:

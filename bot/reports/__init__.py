@@ -12,7 +12,7 @@ recommendations to the planner and runs the scheduler::
 from __future__ import annotations
 
 from bot.reports.cadence import Cadence
-from bot.reports.chart import CHART_PX, alt_text, chart_window, render_chart
+from bot.reports.chart import CHART_PX, alt_text, chart_title, chart_window, render_chart
 from bot.reports.model import (
     ConfigChange,
     GpuMemory,
@@ -40,6 +40,7 @@ __all__ = [
     "alt_text",
     "assess",
     "candidates",
+    "chart_title",
     "chart_window",
     "load_report_settings",
     "render_chart",

@@ -17,6 +17,7 @@ only lays them out for Slack. Each function returns a :class:`SlackMessage` whos
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -24,7 +25,7 @@ from bot.agent_json import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
 from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
-from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head
+from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head, uptime_text
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -64,6 +65,9 @@ __all__ = [
 
 HISTORY_PAGE_ROWS = 20  # rows of one history message; more go to its thread
 
+# A Slack user or bot user id (U0BEN, W0123ABC); anything else is a name, never a mention.
+_SLACK_ID = re.compile(r"[UW][A-Z0-9]{2,}")
+
 _NOTICE = {
     OperationState.STALLED: ":warning: stalled: the server lives but its log has not moved",
     OperationState.ROLLING_BACK: ":x: failed to start; rolling back to the last config that ran",
@@ -74,7 +78,11 @@ _NOTICE = {
 
 
 def _who(user: str | None) -> str:
-    return f"<@{user}>" if user else "someone"
+    """A mention of a Slack user id; anything else (a name the bot gave itself, an agent's actor)
+    in plain text, since ``<@name>`` shows Slack's "unknown user"."""
+    if not user:
+        return "someone"
+    return f"<@{user}>" if _SLACK_ID.fullmatch(user) else user
 
 
 def _duration(seconds: float) -> str:
@@ -334,7 +342,7 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
         section(
             f"*{answer.host}*{default}: server {status.server_state}, health "
             f"{status.health_code or 'none'}, SGLang {status.version or '?'}, up "
-            f"{_duration(status.uptime_s or 0)}\nhicache *{status.effective or 'unknown'}*"
+            f"{uptime_text(status.uptime_s)}\nhicache *{status.effective or 'unknown'}*"
         ),
         fields(
             [

@@ -123,8 +123,9 @@ def report(reply: ReportReply) -> SlackMessage:
 
 
 def chart_title(view: HostReportView) -> str:
-    """The title of a host's chart as uploaded in the report's thread."""
-    return f"Capacity of {view.report.host}, last 24 h"
+    """The title of a host's chart as uploaded in the report's thread: the one drawn on it."""
+    chart = view.chart
+    return chart.title if chart is not None and chart.title else f"{view.report.host}: capacity"
 
 
 def report_scheduled(reply: ReportScheduledReply) -> SlackMessage:

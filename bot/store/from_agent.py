@@ -313,10 +313,11 @@ def _own_revision(
         store.record_apply(record.id, op.actor, at=op.created_at)
     record = store.record_agent_revision(record.id, agent.id, agent.argv)
     undone = op.rollback_of
-    if op.kind is OperationKind.ROLLBACK and record.returned_to is not None and undone is not None:
-        if undone in agent_revisions and record.rollback_of is None:
-            before = _ensure_revision(store, host, agent_revisions[undone])
-            record = store.link_rollback(record.id, before.id)
+    proposed_rollback = op.kind is OperationKind.ROLLBACK and record.returned_to is not None
+    if proposed_rollback and record.rollback_of is None and undone in agent_revisions:
+        assert undone is not None  # in the mapping
+        before = _ensure_revision(store, host, agent_revisions[undone])
+        record = store.link_rollback(record.id, before.id)
     return record
 
 

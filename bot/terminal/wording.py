@@ -38,7 +38,7 @@ from bot.chat.replies import (
     StatusReply,
     UsageReply,
 )
-from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head
+from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head, uptime_text
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -109,7 +109,7 @@ def _status(answer: HostAnswer) -> list[str]:
     return [
         f"{answer.host}{' (default)' if answer.default else ''}: server {status.server_state}"
         f", health {status.health_code or 'none'}, SGLang {status.version or '?'}"
-        f", up {_clock(status.uptime_s or 0)}",
+        f", up {uptime_text(status.uptime_s)}",
         f"  hicache   {status.effective or 'unknown'}",
         f"  KV        device {_count(status.device_tokens)} tokens/rank; host "
         f"{_count(status.host_tokens_per_rank)} tokens, {_num(status.host_gb_per_rank)} GB "

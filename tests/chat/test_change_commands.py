@@ -53,7 +53,8 @@ def _change(core: ChatCore, command: str) -> int:
     """Propose ``command`` as ben, apply it as ana, wait for ready; the history's revision id."""
     started = propose_and_apply(core, command, BEN, ANA)
     final = core.wait(started.watch, timeout_s=120)
-    assert final is not None and final.state is OperationState.READY, final
+    assert final is not None
+    assert final.state is OperationState.READY, final
     history = core.handle("history 1 " + started.watch.host, BEN)
     assert isinstance(history, HistoryReply)
     return history.entries[0].id
@@ -96,7 +97,8 @@ def test_rollback_n_returns_to_the_history_s_revision_n_on_two_hosts(
         started = core.handle(f"apply {proposal.id}", ANA)
         assert isinstance(started, OperationReply), started
         final = core.wait(started.watch, timeout_s=120)
-        assert final is not None and final.state is OperationState.READY, final
+        assert final is not None
+        assert final.state is OperationState.READY, final
     assert _effective(first).startswith("ratio 3")
     rollback = store.history("kimi-01", 1)[0]
     assert rollback.outcome is RevisionOutcome.READY

@@ -22,7 +22,9 @@ LIVE = HostReport(
 def test_a_live_host_shows_each_figure_once_with_its_unit() -> None:
     """Time once with its zone, the setting and revision, RAM, tokens, load, GPUs, no advice."""
     lines = report_reply_lines(ReportReply((HostReportView(LIVE),)))
-    assert lines[0] == ("kimi-01: capacity at 06:00 UTC, server running, SGLang 0.5.9, up 1:02:05")
+    assert lines[0] == (
+        "kimi-01: capacity at 06:00 UTC, server running, SGLang 0.5.9, up 1 h 02 min"
+    )
     assert "ratio 2 x device pool (revision 3)" in lines[1]
     assert "449.0 GB total, 237.9 GB available, 179.1 GB held by HiCache" in lines[2]
     assert "device 159,274 tokens; host 318,549 tokens/rank" in lines[3]
