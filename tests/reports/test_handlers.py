@@ -24,6 +24,7 @@ from bot.chat.replies import (
 from bot.chat.report_commands import REPORTS_PROPOSER
 from bot.reports import CHART_PX, ReportSettings
 from bot.reports.runtime import attach_reports
+from bot.slack import report_messages
 from bot.store import Store
 from tests.chat._core_fixtures import RecordingFrontEnd, chat_settings, running_core
 from tests.chat.conftest import RunningAgent, free_port
@@ -176,6 +177,27 @@ def test_a_host_that_does_not_answer_is_charted_from_its_stored_samples(store: S
     assert view.chart.alt.startswith("Capacity of kimi-02: 7 samples")
     assert view.chart.png.startswith(b"\x89PNG")
     assert view.proposal is None
+
+
+def test_the_chart_is_drawn_in_the_configured_zone_under_the_title_it_is_uploaded_with(
+    store: Store,
+) -> None:
+    """With [reports] timezone Europe/Paris the chart of a report at 08:00 UTC is named and
+    drawn at 09:00 Europe/Paris, and its title is the one Slack's upload carries. Failed before
+    the fix: UTC times, and the upload said 'last 24 h' over a chart of 30 minutes."""
+    clock = SetClock(T0 + timedelta(hours=2))
+    for sample in series("kimi-02", clock.now(), 7, usage=0.5, queued=0):
+        store.add_capacity_sample(sample)
+    hosts = {"kimi-02": _dead()}
+    with running_core(chat_settings(hosts), store, RecordingFrontEnd(), clock=clock) as core:
+        attach_reports(core, store, ReportSettings(timezone="Europe/Paris"))
+        reply = core.handle("report", ANA)
+    assert isinstance(reply, ReportReply)
+    [view] = reply.hosts
+    assert view.chart is not None
+    assert view.chart.filename == "kimi-02-capacity-20261130-0900.png"
+    assert view.chart.title == "kimi-02: capacity, last 30 min"
+    assert report_messages.chart_title(view) == view.chart.title
 
 
 def test_an_agent_that_does_not_answer_is_listed_as_unreachable(store: Store) -> None:

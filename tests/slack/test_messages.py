@@ -21,6 +21,7 @@ from tests.slack._samples import (
     daily_in_paris,
     golden_path,
     history_entries,
+    proposal_reply,
     render,
     report_reply,
 )
@@ -144,3 +145,16 @@ def test_schedules_name_the_zone_their_daily_time_is_read_in() -> None:
         text = json.dumps(shown.to_json())
         assert "2026-12-01 09:30 Europe/Paris" in text
         assert "UTC" not in text
+
+
+def test_a_name_that_is_no_slack_id_is_never_a_mention() -> None:
+    """A proposal by the reports' own name reads 'asked by kimi-ops-reports', not the
+    '<@kimi-ops-reports>' Slack shows as an unknown user; a real id is still a mention.
+    Failed before the fix: every proposer was wrapped in <@...>."""
+    by_name = json.dumps(
+        messages.proposal(replace(proposal_reply(), proposed_by="kimi-ops-reports")).to_json()
+    )
+    assert "asked by kimi-ops-reports" in by_name
+    assert "<@kimi-ops-reports>" not in by_name
+    by_id = json.dumps(messages.proposal(replace(proposal_reply(), proposed_by="U0BOT")).to_json())
+    assert "asked by <@U0BOT>" in by_id
