@@ -53,6 +53,8 @@ class HistoryEntry:
     startup_s: float | None
     device_tokens: int | None
     failure_kind: str | None
+    kind: str = "change"  # "restart": the same config started again; "rollback": see returned_to
+    returned_to: int | None = None  # a rollback's revision it returned to
 
 
 @dataclass(frozen=True)

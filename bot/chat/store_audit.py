@@ -357,4 +357,6 @@ def _entry(record: RevisionRecord) -> HistoryEntry:
         startup_s=record.startup_seconds,
         device_tokens=record.device_tokens,
         failure_kind=record.failure_kind,
+        kind=record.kind.value,
+        returned_to=record.returned_to,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from bot.chat.audit import RollbackTarget
+from bot.chat.audit import HistoryEntry, RollbackTarget
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import ProgressView
 from bot.reports.model import ServerMetrics
@@ -22,6 +22,7 @@ __all__ = [
     "doing",
     "figure",
     "hhmm",
+    "history_note",
     "load_text",
     "local_time",
     "refusal_text",
@@ -128,6 +129,19 @@ def refusal_text(refusal: Refusal) -> str:
         by = f" by {refusal.by}" if refusal.by else ""
         return f"{pid} was already {refusal.detail}{by} at {hhmm(refusal.at)}"
     return f"{pid} cannot be applied: the plan was refused. {refusal.detail}".rstrip()
+
+
+def history_note(entry: HistoryEntry) -> str:
+    """What a history row adds after its figures: the failure kind, and what the revision is
+    when it is not a new config (``restart``; ``rollback to #7``)."""
+    notes = [entry.failure_kind] if entry.failure_kind else []
+    if entry.kind == "restart":
+        notes.append("restart")
+    elif entry.kind == "rollback":
+        notes.append(
+            "rollback" if entry.returned_to is None else f"rollback to #{entry.returned_to}"
+        )
+    return f"  ({', '.join(notes)})" if notes else ""
 
 
 def rollback_head(target: RollbackTarget) -> str:

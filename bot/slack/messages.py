@@ -25,7 +25,7 @@ from bot.agent_json import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
 from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
-from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head, uptime_text
+from bot.chat.wording import PHASE_LABEL, hhmm, history_note, rollback_head, uptime_text
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -395,11 +395,10 @@ def _history_rows(entries: Sequence[HistoryEntry]) -> list[str]:
     rows = []
     for e in entries:
         startup = "" if e.startup_s is None else f"{e.startup_s:.0f} s"
-        failure = f" ({e.failure_kind})" if e.failure_kind else ""
         rows.append(
             f"{e.id:>4}  {e.host:<10} {e.setting:<18} {e.outcome:<12} {e.proposed_by or '-':<11} "
             f"{e.applied_by or '-':<11} {_num(e.planned_gb_per_rank):>7} "
-            f"{_num(e.logged_gb_per_rank):>7} {startup:>7}{failure}"
+            f"{_num(e.logged_gb_per_rank):>7} {startup:>7}{history_note(e)}"
         )
     return rows
 

@@ -57,6 +57,7 @@ from bot.store.records import (
     OperationRecord,
     PlanSummary,
     ProposalRecord,
+    RevisionKind,
     RevisionOutcome,
     RevisionRecord,
     StoredEvent,
@@ -75,6 +76,14 @@ __all__ = [
 # A revision the agent ran without a plan the store saw (a config found running, or one started
 # before the store was used): no figures, nothing refused.
 _UNPLANNED = PlanSummary(None, None, None, Verdict.FITS, "run by the agent; no plan was recorded")
+
+
+# What the agent's operation kind makes of the revision it runs.
+_KIND = {
+    OperationKind.RESIZE: RevisionKind.CHANGE,
+    OperationKind.RESTART: RevisionKind.RESTART,
+    OperationKind.ROLLBACK: RevisionKind.ROLLBACK,
+}
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -300,7 +309,11 @@ def _own_revision(
     if revision_id is not None:
         record = store.revision(revision_id)
     else:
-        found = store.revision_by_agent_id(host, agent.id)
+        # A fleet replica's change was proposed before its agent ran it: that proposal's
+        # revision is this operation's, so one start is one row, credited to its proposer.
+        found = store.revision_by_agent_id(host, agent.id) or store.revision_of_rollout_operation(
+            host, op.id
+        )
         record = found or store.record_revision(
             host,
             agent.setting,
@@ -308,6 +321,7 @@ def _own_revision(
             proposed_by=op.actor,
             at=op.created_at,
             command_line=agent.argv,
+            kind=_KIND[op.kind],
         )
     if record.outcome is RevisionOutcome.PROPOSED:
         store.record_apply(record.id, op.actor, at=op.created_at)

@@ -38,7 +38,7 @@ from bot.chat.replies import (
     StatusReply,
     UsageReply,
 )
-from bot.chat.wording import PHASE_LABEL, hhmm, rollback_head, uptime_text
+from bot.chat.wording import PHASE_LABEL, hhmm, history_note, rollback_head, uptime_text
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -194,7 +194,7 @@ def _history(entries: Sequence[HistoryEntry]) -> list[str]:
             f"{entry.id:>4}  {entry.host:<10} {entry.setting:<18} {entry.outcome:<12} "
             f"{entry.proposed_by or '-':<8} {entry.applied_by or '-':<8} "
             f"{_num(entry.planned_gb_per_rank):>12} {_num(entry.logged_gb_per_rank):>7} "
-            f"{startup:>8}" + (f"  ({entry.failure_kind})" if entry.failure_kind else "")
+            f"{startup:>8}{history_note(entry)}"
         )
     return lines
 
