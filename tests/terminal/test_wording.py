@@ -8,13 +8,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.agent_json import AgentEvent, AgentPlan
-from bot.chat.audit import Watch
+from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import progress_view
-from bot.chat.replies import ProblemReply, ProposalReply, RefusalReply, UsageReply
+from bot.chat.replies import (
+    HistoryReply,
+    ProblemReply,
+    ProposalReply,
+    RefusalReply,
+    UsageReply,
+)
 from bot.terminal.cli import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exit_code
 from bot.terminal.front import TerminalFrontEnd
-from bot.terminal.wording import final_line, progress_lines
+from bot.terminal.wording import final_line, progress_lines, reply_lines
 from bot.vocab import OperationState
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "agent_events"
@@ -86,3 +92,25 @@ def test_a_terminal_redraws_the_block_in_place_and_a_pipe_gets_lines() -> None:
     assert f"\x1b[{drawn}F\x1b[J" in tty.getvalue()
     assert "\x1b[" not in pipe.getvalue()
     assert [line[:1] for line in pipe.getvalue().splitlines()] == ["[", "["]
+
+
+def test_history_marks_restarts_and_rollbacks_apart_from_config_changes() -> None:
+    """A restart row says 'restart', a rollback row 'rollback to #N'; a change says nothing
+    more. Failed before the fix: the three rows read alike, as three config changes."""
+    at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+    def entry(rev: int, kind: str, returned_to: int | None = None) -> HistoryEntry:
+        return HistoryEntry(
+            id=rev, host="kimi-01", setting="ratio 4", proposed_by="ben", applied_by="ana",
+            proposed_at=at, outcome="ready", planned_gb_per_rank=44.77, logged_gb_per_rank=44.77,
+            startup_s=568.0, device_tokens=None, failure_kind=None, kind=kind,
+            returned_to=returned_to,
+        )  # fmt: skip
+
+    reply = HistoryReply(
+        "kimi-01", (entry(9, "rollback", 7), entry(8, "restart"), entry(7, "change"))
+    )
+    _head, back, restart, change = reply_lines(reply)
+    assert back.endswith("568 s  (rollback to #7)")
+    assert restart.endswith("568 s  (restart)")
+    assert change.endswith("568 s")
