@@ -147,6 +147,7 @@ class ReportReply:
 
     hosts: tuple[HostReportView, ...]
     schedule: ReportSchedule | None = None
+    timezone: str = "UTC"  # [reports] timezone: the zone its times are shown in
 
 
 @dataclass(frozen=True)

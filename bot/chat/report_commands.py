@@ -68,7 +68,7 @@ def capacity_report(
     reports = ctx.reporter.gather(names)
     reviews = ctx.reporter.review(reports)
     views = tuple(_host_view(ctx, r, review) for r, review in zip(reports, reviews, strict=True))
-    return ReportReply(views, schedule)
+    return ReportReply(views, schedule, ctx.reporter.timezone)
 
 
 def report(ctx: Context, actor: Actor, command: Report) -> Reply:

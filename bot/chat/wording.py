@@ -88,9 +88,12 @@ def doing(view: ProgressView) -> str:
     return label
 
 
-def hhmm(at: datetime | None) -> str:
-    """A time as people read it in a channel: ``09:14 UTC``."""
-    return "an unknown time" if at is None else f"{at:%H:%M} UTC"
+def hhmm(at: datetime | None, zone: str = "UTC") -> str:
+    """A time as people read it in a channel, in ``zone`` (``[reports] timezone`` where the
+    caller has it): ``09:14 UTC``, ``10:14 Europe/Paris``."""
+    if at is None:
+        return "an unknown time"
+    return f"{at.astimezone(ZoneInfo(zone)):%H:%M} {zone}"
 
 
 def local_time(at: datetime, zone: str) -> str:

@@ -48,10 +48,10 @@ def _chart_line(view: HostReportView, written: Mapping[str, Path]) -> str:
     return f"  chart     {where} ({width}x{height}): {view.chart.alt}"
 
 
-def _host(view: HostReportView, written: Mapping[str, Path]) -> list[str]:
+def _host(view: HostReportView, written: Mapping[str, Path], zone: str) -> list[str]:
     report: HostReport = view.report
     if not report.answered:
-        line = f"{report.host}: agent unreachable at {hhmm(report.at)} ({report.problem})"
+        line = f"{report.host}: agent unreachable at {hhmm(report.at, zone)} ({report.problem})"
         return [line] if view.chart is None else [line, _chart_line(view, written)]
     revision = "" if report.revision is None else f" (revision {report.revision})"
     gpus = "  ".join(
@@ -60,7 +60,7 @@ def _host(view: HostReportView, written: Mapping[str, Path]) -> list[str]:
         for g in report.gpus
     )
     lines = [
-        f"{report.host}: capacity at {hhmm(report.at)}, server {report.server_state}, "
+        f"{report.host}: capacity at {hhmm(report.at, zone)}, server {report.server_state}, "
         f"SGLang {report.version or '?'}, up {uptime_text(report.uptime_s)}",
         f"  hicache   {report.setting or 'unknown'}{revision}",
         f"  host RAM  {_gb(report.ram_total_gb)} total, {_gb(report.ram_available_gb)} "
@@ -73,7 +73,8 @@ def _host(view: HostReportView, written: Mapping[str, Path]) -> list[str]:
     last = report.last_operation
     if last is not None:
         lines.append(
-            f"  last op   #{last.id} {last.kind} {last.state}, by {last.actor} at {hhmm(last.at)}"
+            f"  last op   #{last.id} {last.kind} {last.state}, by {last.actor} "
+            f"at {hhmm(last.at, zone)}"
         )
     lines.append(_chart_line(view, written))
     if view.proposal is not None:
@@ -94,7 +95,9 @@ def report_reply_lines(
     written to a file, by host (a chart not in it is said not written)."""
     if isinstance(reply, ReportReply):
         head = [] if reply.schedule is None else [f"scheduled report #{reply.schedule.id}"]
-        return head + [line for view in reply.hosts for line in _host(view, written or {})]
+        return head + [
+            line for view in reply.hosts for line in _host(view, written or {}, reply.timezone)
+        ]
     if isinstance(reply, ReportScheduledReply):
         s = reply.schedule
         return [

@@ -41,6 +41,17 @@ def test_a_silent_host_is_one_line_with_its_problem() -> None:
     ]
 
 
+def test_a_report_s_times_are_in_the_configured_zone() -> None:
+    """With [reports] timezone Europe/Paris, 06:00 UTC reads 07:00 Europe/Paris (CET, UTC+1 in
+    November), for a live host and a silent one. Failed before the fix: UTC whatever the zone."""
+    silent = HostReport(host="kimi-02", at=T0, problem="connection refused")
+    reply = ReportReply((HostReportView(LIVE), HostReportView(silent)), timezone="Europe/Paris")
+    lines = report_reply_lines(reply)
+    assert lines[0].startswith("kimi-01: capacity at 07:00 Europe/Paris, server running")
+    assert "kimi-02: agent unreachable at 07:00 Europe/Paris (connection refused)" in lines
+    assert not [line for line in lines if "UTC" in line]
+
+
 def test_schedules_are_listed_with_cadence_zone_and_next_run() -> None:
     """Each schedule: id, cadence as typed, time zone, channel, creator and next run."""
     schedule = ReportSchedule(
