@@ -149,14 +149,18 @@ def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms
         # right after accepting): ask it, once it answers, whether the operation started.
         answered, sent = _sent_anyway(ctx, host, terms)
         if sent is not None:
-            return watch_started(ctx, host, sent, terms.proposed_by, actor.id, terms.id)
+            return watch_started(
+                ctx, host, sent, terms.proposed_by, actor.id, terms.id, terms.returns_to
+            )
         if answered:
             ctx.audit.settle_refused(terms.id)  # it never started
         return ProblemReply(str(exc), host.name)
     except AgentError as exc:
         ctx.audit.settle_refused(terms.id)
         return _agent_refused(ctx, actor, host, Action.APPLY, exc, terms.id)
-    return watch_started(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
+    return watch_started(
+        ctx, host, operation, terms.proposed_by, actor.id, terms.id, terms.returns_to
+    )
 
 
 def _sent_anyway(
@@ -220,13 +224,15 @@ def watch_started(
     proposed_by: str | None,
     applied_by: str,
     proposal_id: int | None,
+    returns_to: int | None = None,
 ) -> OperationReply:
-    """Record ``operation``, which the agent accepted, and watch it to its end."""
+    """Record ``operation``, which the agent accepted, and watch it to its end; ``returns_to``
+    is the history's revision a rollback returns to, named in its title."""
     plan = operation.plan
     watch = Watch(
         host=host.name,
         operation_id=operation.id,
-        title=_title(host.name, operation),
+        title=_title(host.name, operation, returns_to),
         proposed_by=proposed_by,
         applied_by=applied_by,
         planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
@@ -254,10 +260,12 @@ def _record_started(
             ctx.clock.sleep(_RECORD_RETRY_S)
 
 
-def _title(host: str, operation: AgentOperation) -> str:
+def _title(host: str, operation: AgentOperation, returns_to: int | None = None) -> str:
     if operation.kind is OperationKind.RESIZE and operation.plan is not None:
         return f"Resize {host}: hicache {operation.plan.setting}"
     if operation.kind is OperationKind.ROLLBACK:
+        if returns_to is not None and operation.plan is not None:
+            return f"Roll back {host} to revision {returns_to}: hicache {operation.plan.setting}"
         return f"Roll back {host}"
     return f"Restart {host}"
 

@@ -96,6 +96,8 @@ def test_rollback_n_returns_to_the_history_s_revision_n_on_two_hosts(
 
         started = core.handle(f"apply {proposal.id}", ANA)
         assert isinstance(started, OperationReply), started
+        assert started.watch.title.startswith(f"Roll back kimi-01 to revision {ratio_3}: ")
+        assert (started.watch.proposed_by, started.watch.applied_by) == ("ben", "ana")
         final = core.wait(started.watch, timeout_s=120)
         assert final is not None
         assert final.state is OperationState.READY, final
