@@ -31,7 +31,7 @@ USAGE: dict[str, str] = {
     "resize auto [host] | "
     "apply <proposal> | cancel <proposal> | restart [host] | rollback [revision] [host] | "
     "history [n] [host] | hosts | report [host] | report every <interval> | "
-    "report daily HH:MM | report off | report schedules | fleets | "
+    "report daily HH:MM | report off [N] | report schedules | fleets | "
     "resize ratio <R> fleet <name> | restart fleet <name> | rollback fleet <name> | "
     "resume fleet <name> | fleet <name> rejoin <host>",
     "status": "status [host]",
@@ -43,7 +43,7 @@ USAGE: dict[str, str] = {
     "rollback": "rollback [revision] [host] | rollback fleet <name>",
     "history": "history [n] [host]",
     "hosts": "hosts",
-    "report": "report [host] | report every <interval> | report daily HH:MM | report off | "
+    "report": "report [host] | report every <interval> | report daily HH:MM | report off [N] | "
     "report schedules",
     "fleets": "fleets",
     "resume": "resume fleet <name>",
@@ -67,6 +67,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("report every 6h", "a capacity report here every 6 hours"),
     ("report daily 09:30", "a capacity report here every day at 09:30 {zone}"),
     ("report off", "stop this channel's scheduled reports"),
+    ("report off 2", "stop this channel's schedule #2 only"),
     ("report schedules", "the scheduled reports"),
     ("fleets", "the fleets, each replica with its config"),
     ("resize ratio 4 fleet prod", "propose ratio 4 on every replica of fleet prod, one by one"),

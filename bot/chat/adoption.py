@@ -69,7 +69,9 @@ def adopt_applied(ctx: Context, claimed_before: datetime | None = None) -> list[
         log.info(
             "proposal #%s's operation %s found at %s: watched", terms.id, operation.id, host.name
         )
-        reply = watch_started(ctx, host, operation, terms.proposed_by, terms.settled_by, terms.id)
+        reply = watch_started(
+            ctx, host, operation, terms.proposed_by, terms.settled_by, terms.id, terms.returns_to
+        )
         adopted.append(reply.watch)
     return adopted
 

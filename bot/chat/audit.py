@@ -19,8 +19,9 @@ from typing import Protocol
 from bot.agent_json import AgentEvent, AgentOperation, PlannedChange
 from bot.chat.policy import ProposalTerms, Refusal
 from bot.chat.progress import ProgressView
+from bot.hicache import HiCacheSetting
 
-__all__ = ["Audit", "HistoryEntry", "Watch"]
+__all__ = ["Audit", "HistoryEntry", "RollbackTarget", "Watch"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,21 @@ class HistoryEntry:
     startup_s: float | None
     device_tokens: int | None
     failure_kind: str | None
+    kind: str = "change"  # "restart": the same config started again; "rollback": see returned_to
+    returned_to: int | None = None  # a rollback's revision it returned to
+
+
+@dataclass(frozen=True)
+class RollbackTarget:
+    """The configuration a rollback returns a host to: the audit's revision ``revision`` (the
+    number ``history`` shows), which is the host agent's own revision ``agent_revision``."""
+
+    revision: int
+    host: str
+    agent_revision: int
+    setting: HiCacheSetting
+    applied_by: str | None
+    applied_at: datetime | None
 
 
 class Audit(Protocol):
@@ -65,7 +81,14 @@ class Audit(Protocol):
         at: datetime,
         expires_at: datetime,
         channel: str,
+        returns_to: int | None = None,
     ) -> ProposalTerms: ...
+
+    def rollback_target(self, host: str | None, revision: int | None) -> RollbackTarget:
+        """Where ``rollback [revision] [host]`` returns: revision ``revision`` of the history
+        (of ``host`` when given), or ``host``'s last other config that became ready when None.
+        Raises :class:`~bot.errors.NotFound` or :class:`~bot.errors.InputError` saying why not."""
+        ...
 
     def proposal(self, proposal_id: int) -> ProposalTerms: ...
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from bot.agent_json import AgentOperation, PlannedChange
 from bot.chat.agent_client import AgentClient
-from bot.chat.audit import Watch
+from bot.chat.audit import RollbackTarget, Watch
 from bot.chat.claims import operation_for_claim
 from bot.chat.config import HostSettings
 from bot.chat.grammar import Apply, Cancel, Resize, Restart, Rollback
@@ -20,12 +20,15 @@ from bot.chat.handler_context import Context
 from bot.chat.policy import Action, Actor, ProposalTerms, Refusal, RefusalKind
 from bot.chat.replies import CancelledReply, OperationReply, ProblemReply, ProposalReply, Reply
 from bot.chat.shared_replies import refused
+from bot.chat.wording import rollback_to_off_text
 from bot.errors import (
     AgentBusy,
     AgentError,
     AgentPlanRefused,
     AgentStale,
     AgentUnreachable,
+    ConfigError,
+    InputError,
     NotFound,
 )
 from bot.vocab import OperationKind
@@ -62,12 +65,24 @@ def resize(ctx: Context, actor: Actor, command: Resize) -> Reply:
 
 
 def propose(
-    ctx: Context, host: str, proposed_by: str, change: PlannedChange, current: str | None
+    ctx: Context,
+    host: str,
+    proposed_by: str,
+    change: PlannedChange,
+    current: str | None,
+    rollback: RollbackTarget | None = None,
 ) -> ProposalReply:
-    """Record ``change`` as a proposal: the one path for ``resize`` and recommendations."""
+    """Record ``change`` as a proposal: the one path for ``resize``, ``rollback`` (``rollback``
+    names the revision it returns to) and recommendations."""
     now = ctx.clock.now()
     terms = ctx.audit.record_proposal(
-        host, proposed_by, change, now, ctx.policy.expires_at(now), ctx.channel
+        host,
+        proposed_by,
+        change,
+        now,
+        ctx.policy.expires_at(now),
+        ctx.channel,
+        returns_to=None if rollback is None else rollback.revision,
     )
     return ProposalReply(
         id=terms.id,
@@ -76,6 +91,7 @@ def propose(
         proposed_by=proposed_by,
         expires_at=ctx.policy.expires_at(now),
         current=current,
+        rollback=rollback,
     )
 
 
@@ -112,26 +128,39 @@ def apply(ctx: Context, actor: Actor, command: Apply) -> Reply:
 
 def _submit(ctx: Context, actor: Actor, host: HostSettings, terms: ProposalTerms) -> Reply:
     try:
-        operation = ctx.client(host).submit(
-            OperationKind.RESIZE,
-            actor=actor.id,
-            ratio=terms.ratio,
-            size_gb=terms.size_gb,
-            fingerprint=terms.fingerprint,
-        )
+        if terms.returns_to is not None:
+            # The agent numbers its revisions itself: it is sent its own id of the config.
+            operation = ctx.client(host).submit(
+                OperationKind.ROLLBACK,
+                actor=actor.id,
+                revision=terms.agent_revision,
+                fingerprint=terms.fingerprint,
+            )
+        else:
+            operation = ctx.client(host).submit(
+                OperationKind.RESIZE,
+                actor=actor.id,
+                ratio=terms.ratio,
+                size_gb=terms.size_gb,
+                fingerprint=terms.fingerprint,
+            )
     except AgentUnreachable as exc:
         # The request may have reached the agent before the connection broke (the agent killed
         # right after accepting): ask it, once it answers, whether the operation started.
         answered, sent = _sent_anyway(ctx, host, terms)
         if sent is not None:
-            return watch_started(ctx, host, sent, terms.proposed_by, actor.id, terms.id)
+            return watch_started(
+                ctx, host, sent, terms.proposed_by, actor.id, terms.id, terms.returns_to
+            )
         if answered:
             ctx.audit.settle_refused(terms.id)  # it never started
         return ProblemReply(str(exc), host.name)
     except AgentError as exc:
         ctx.audit.settle_refused(terms.id)
         return _agent_refused(ctx, actor, host, Action.APPLY, exc, terms.id)
-    return watch_started(ctx, host, operation, terms.proposed_by, actor.id, terms.id)
+    return watch_started(
+        ctx, host, operation, terms.proposed_by, actor.id, terms.id, terms.returns_to
+    )
 
 
 def _sent_anyway(
@@ -195,13 +224,15 @@ def watch_started(
     proposed_by: str | None,
     applied_by: str,
     proposal_id: int | None,
+    returns_to: int | None = None,
 ) -> OperationReply:
-    """Record ``operation``, which the agent accepted, and watch it to its end."""
+    """Record ``operation``, which the agent accepted, and watch it to its end; ``returns_to``
+    is the history's revision a rollback returns to, named in its title."""
     plan = operation.plan
     watch = Watch(
         host=host.name,
         operation_id=operation.id,
-        title=_title(host.name, operation),
+        title=_title(host.name, operation, returns_to),
         proposed_by=proposed_by,
         applied_by=applied_by,
         planned_gb_per_rank=None if plan is None else plan.per_rank_gb,
@@ -229,37 +260,58 @@ def _record_started(
             ctx.clock.sleep(_RECORD_RETRY_S)
 
 
-def _title(host: str, operation: AgentOperation) -> str:
+def _title(host: str, operation: AgentOperation, returns_to: int | None = None) -> str:
     if operation.kind is OperationKind.RESIZE and operation.plan is not None:
         return f"Resize {host}: hicache {operation.plan.setting}"
     if operation.kind is OperationKind.ROLLBACK:
+        if returns_to is not None and operation.plan is not None:
+            return f"Roll back {host} to revision {returns_to}: hicache {operation.plan.setting}"
         return f"Roll back {host}"
     return f"Restart {host}"
 
 
-def _direct(
-    ctx: Context, actor: Actor, host_name: str | None, action: Action, kind: OperationKind,
-    revision: int | None = None,
-) -> Reply:  # fmt: skip
-    host = ctx.settings.host(host_name)
-    refusal = ctx.policy.may(actor, action, host.name)
+def restart(ctx: Context, actor: Actor, command: Restart) -> Reply:
+    host = ctx.settings.host(command.host)
+    refusal = ctx.policy.may(actor, Action.RESTART, host.name)
     if refusal is not None:
         return refused(ctx, refusal)
     try:
-        operation = ctx.client(host).submit(kind, actor=actor.id, revision=revision)
+        operation = ctx.client(host).submit(OperationKind.RESTART, actor=actor.id)
     except AgentError as exc:
-        return _agent_refused(ctx, actor, host, action, exc)
+        return _agent_refused(ctx, actor, host, Action.RESTART, exc)
     return watch_started(ctx, host, operation, None, actor.id, None)
 
 
-def restart(ctx: Context, actor: Actor, command: Restart) -> Reply:
-    return _direct(ctx, actor, command.host, Action.RESTART, OperationKind.RESTART)
-
-
 def rollback(ctx: Context, actor: Actor, command: Rollback) -> Reply:
-    return _direct(
-        ctx, actor, command.host, Action.ROLLBACK, OperationKind.ROLLBACK, command.revision
-    )
+    """Propose returning to revision N of the history (the audit's number, the one ``history``
+    shows), or to the host's last other config that ran: a proposal with Apply like a resize,
+    planned on today's facts; apply sends the agent its own id of that config."""
+    name = command.host
+    if name is None and command.revision is None:
+        name = ctx.settings.host(None).name
+    try:
+        target = ctx.audit.rollback_target(name, command.revision)
+        host = ctx.settings.host(target.host)
+    except (NotFound, InputError, ConfigError) as exc:
+        return ProblemReply(str(exc), name)
+    except AgentError as exc:
+        return ProblemReply(str(exc), name)
+    refusal = ctx.policy.may(actor, Action.ROLLBACK, host.name)
+    if refusal is not None:
+        return refused(ctx, refusal)
+    effective = target.setting.effective()
+    if not effective.enabled:
+        return ProblemReply(rollback_to_off_text(target), host.name)
+    client = ctx.client(host)
+    try:
+        change = client.plan(ratio=effective.ratio, size_gb=effective.size_gb)
+    except AgentError as exc:
+        return ProblemReply(str(exc), host.name)
+    try:
+        current = client.status().effective
+    except AgentError:
+        current = None
+    return propose(ctx, host.name, actor.id, change, current, rollback=target)
 
 
 def cancel(ctx: Context, actor: Actor, command: Cancel) -> Reply:

@@ -2,8 +2,9 @@
 agent's answer (the bot died, or the connection broke after the request was sent).
 
 The match: among the agent's newest operations, the first not yet recorded that is a resize by
-the proposal's applier, of the proposal's setting, created after the claim (less
-:data:`CLOCK_SKEW`, as the agent's clock is another host's).
+the proposal's applier, of the proposal's setting (a rollback to the proposal's agent revision,
+for a rollback proposal), created after the claim (less :data:`CLOCK_SKEW`, as the agent's clock
+is another host's).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def operation_for_claim(
     assert terms.settled_at is not None  # an applied proposal's claim time
     since = terms.settled_at - CLOCK_SKEW
     for operation in sorted(client.operations(RECENT_OPERATIONS), key=lambda op: op.id):
+        kind = OperationKind.RESIZE if terms.returns_to is None else OperationKind.ROLLBACK
         if (
-            operation.kind is OperationKind.RESIZE
+            operation.kind is kind
             and operation.actor == terms.settled_by
             and operation.created_at >= since
             and _asks_for(operation, terms)
@@ -50,6 +52,8 @@ def _asks_for(operation: AgentOperation, terms: ProposalTerms) -> bool:
     request = operation.raw.get("request")
     if not isinstance(request, Mapping):
         return False
+    if terms.returns_to is not None:
+        return request.get("revision") == terms.agent_revision
     if terms.size_gb is not None:
         return _number(request.get("size_gb")) == float(terms.size_gb)
     return terms.ratio is not None and _number(request.get("ratio")) == float(terms.ratio)

@@ -105,7 +105,9 @@ class ReportDaily:
 
 @dataclass(frozen=True)
 class ReportOff:
-    pass
+    """``report off [N]``: stop this channel's schedule N (every one of them without N)."""
+
+    schedule_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 from bot.chat._usage import VERBS
 from bot.chat.agent_tls import TlsPolicy
 from bot.errors import ConfigError
+from bot.reports.settings import load_report_settings
 from bot.settings import Secret, Section, secret_from_env
 from bot.tls import is_loopback, parse_fingerprint
 
@@ -105,6 +106,9 @@ class ChatSettings:
     update_interval_s: float = DEFAULT_UPDATE_INTERVAL_S
     #: How long each agent's status-like answer is awaited (status, hosts, fleets, report).
     read_deadline_s: float = DEFAULT_READ_DEADLINE_S
+    #: ``[reports] timezone``: where ``report daily HH:MM`` is read and times are shown, in
+    #: every process of the config (a terminal too, which runs no report scheduler).
+    timezone: str = "UTC"
 
     @property
     def host_names(self) -> tuple[str, ...]:
@@ -160,6 +164,7 @@ def _read(config: Mapping[str, Any]) -> ChatSettings:
         read_deadline_s=bot.number(
             "read_deadline_s", DEFAULT_READ_DEADLINE_S, minimum=_MIN_READ_DEADLINE_S
         ),
+        timezone=load_report_settings(config).timezone,
     )
 
 

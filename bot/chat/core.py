@@ -146,8 +146,10 @@ def build_core(
     transports: Mapping[str, httpx.BaseTransport] | None = None,
     poll_wait_s: float = 20.0,
     retry_s: float = 2.0,
+    reports_proposer: str | None = None,
 ) -> ChatCore:
-    """The core with one agent client per configured host (tokens read from ``environ``)."""
+    """The core with one agent client per configured host (tokens read from ``environ``);
+    ``reports_proposer`` is the bot's own user id, which capacity reports propose by."""
     the_clock = clock or SystemClock()
     clients = {
         host.name: connect(settings, host.name, environ, (transports or {}).get(host.name))
@@ -175,4 +177,6 @@ def build_core(
         watchers=WatcherPool(make_watcher),
         channel=channel,
     )
+    if reports_proposer is not None:
+        context.reports_proposer = reports_proposer
     return ChatCore(context, front)

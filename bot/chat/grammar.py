@@ -412,8 +412,11 @@ def _report(words: _Words) -> Report | ReportEvery | ReportDaily | ReportOff | R
         return _daily(words, " ".join(words.args))
     if first == "off":
         words.args.pop(0)
+        if not words.args:
+            return ReportOff()
+        value = words.args.pop(0).lstrip("#")
         words.done("report")
-        return ReportOff()
+        return ReportOff(schedule_id=_whole_number(words, value, "schedule number", 2**31))
     if first == "schedules":
         words.args.pop(0)
         words.done("report")

@@ -21,7 +21,11 @@ from bot.clock import Clock
 if TYPE_CHECKING:
     from bot.fleet.desk import FleetDesk
 
-__all__ = ["Context"]
+__all__ = ["REPORTS_PROPOSER", "Context"]
+
+#: Who proposes what a capacity report recommends (the bot, not the person who asked for it)
+#: where the front end knows no user of the bot's own (``Context.reports_proposer``).
+REPORTS_PROPOSER = "kimi-ops-reports"
 
 
 @dataclass
@@ -43,6 +47,9 @@ class Context:
     reporter: Reporter | None = None
     # Fleets and their rollouts; None where no [fleets.*] is configured.
     fleets: FleetDesk | None = None
+    # Who proposes what a capacity report recommends: the bot's own user where the front end
+    # has one (Slack's auth.test), else a plain name.
+    reports_proposer: str = REPORTS_PROPOSER
 
     def client(self, host: HostSettings) -> AgentClient:
         return self.clients[host.name]

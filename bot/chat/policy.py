@@ -91,6 +91,9 @@ class ProposalTerms:
     ratio: float | None = None  # what it asks for, sent again at apply time
     size_gb: int | None = None
     fingerprint: str = ""  # of the facts it was planned on
+    # A rollback proposal: the audit's revision it returns to, and that host agent's own id of it.
+    returns_to: int | None = None
+    agent_revision: int | None = None
 
 
 @dataclass(frozen=True)

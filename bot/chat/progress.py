@@ -18,6 +18,7 @@ operation, plus at once every phase change, every state change and the final sta
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -172,10 +173,17 @@ def _cause(body: Mapping[str, Any] | None, message: str) -> Cause | None:
     )
 
 
+# The agent's rolling_back sentence names its own revision number ("...; rolling back to
+# revision 3 (ratio 2 x device pool)"), which is no number of the bot's history: the view keeps
+# the config and drops the number (history shows the rollback with the bot's own).
+_AGENT_REVISION = re.compile(r"rolling back to revision \d+ \((?P<config>[^)]*)\)")
+
+
 def _rollback_cause(events: Sequence[AgentEvent]) -> Cause | None:
     for event in reversed(events):
         if event.phase is EventPhase.ROLLING_BACK:
-            return _cause(event.data.get("cause"), event.message)
+            message = _AGENT_REVISION.sub(r"rolling back to \g<config>", event.message)
+            return _cause(event.data.get("cause"), message)
     return None
 
 

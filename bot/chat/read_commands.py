@@ -22,7 +22,8 @@ DEFAULT_HISTORY = 10
 
 def help_(ctx: Context, actor: Actor, command: Help) -> Reply:
     # report daily HH:MM is read in [reports] timezone, so help says which zone that is.
-    return HelpReply(help_lines("UTC" if ctx.reporter is None else ctx.reporter.timezone))
+    zone = ctx.settings.timezone if ctx.reporter is None else ctx.reporter.timezone
+    return HelpReply(help_lines(zone))
 
 
 def status(ctx: Context, actor: Actor, command: Status) -> Reply:

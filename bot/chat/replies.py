@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Protocol
 
 from bot.agent_json import AgentMemoryNotice, AgentOperation, AgentPlan, AgentStatus
-from bot.chat.audit import HistoryEntry, Watch
+from bot.chat.audit import HistoryEntry, RollbackTarget, Watch
 from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView
 from bot.chat.reporting import ChartImage
@@ -86,7 +86,9 @@ class HostsReply:
 
 @dataclass(frozen=True)
 class ProposalReply:
-    """A resize plan recorded as proposal ``id``; ``plan.fits`` False means no apply option."""
+    """A resize plan recorded as proposal ``id``; ``plan.fits`` False means no apply option.
+    A rollback is proposed the same way, ``rollback`` naming the revision it returns to and
+    ``plan`` that config's plan on today's facts."""
 
     id: int
     host: str
@@ -94,6 +96,7 @@ class ProposalReply:
     proposed_by: str
     expires_at: datetime
     current: str | None  # the host's setting now ("ratio 2 x device pool")
+    rollback: RollbackTarget | None = None  # a rollback proposal: the config it returns to
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ class ReportReply:
 
     hosts: tuple[HostReportView, ...]
     schedule: ReportSchedule | None = None
+    timezone: str = "UTC"  # [reports] timezone: the zone its times are shown in
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from bot.chat.change_commands import propose
 from bot.chat.fleet_commands import propose_for_replica
 from bot.chat.grammar import Report, ReportDaily, ReportEvery, ReportOff, ReportSchedules
-from bot.chat.handler_context import Context
+from bot.chat.handler_context import REPORTS_PROPOSER, Context
 from bot.chat.policy import Action, Actor
 from bot.chat.replies import (
     HostReportView,
@@ -35,8 +35,6 @@ __all__ = [
     "report_schedules",
 ]
 
-#: Who proposes what a capacity report recommends (the bot, not the person who asked for it).
-REPORTS_PROPOSER = "kimi-ops-reports"
 _NO_REPORTS = (
     "capacity reports are not set up in this kimi-ops process ('status' shows the figures)"
 )
@@ -44,15 +42,17 @@ _NO_REPORTS = (
 
 def _host_view(ctx: Context, report: HostReport, review: HostReview) -> HostReportView:
     if not report.answered:
-        return HostReportView(report)
+        return HostReportView(report, chart=review.chart)
     advice, proposal, for_fleet = review.advice, None, None
     if advice is not None:
         asked = advice.change.plan.requested_setting
         for_fleet = propose_for_replica(
-            ctx, report.host, REPORTS_PROPOSER, asked.ratio, asked.size_gb
+            ctx, report.host, ctx.reports_proposer, asked.ratio, asked.size_gb
         )
         if for_fleet is None:
-            proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
+            proposal = propose(
+                ctx, report.host, ctx.reports_proposer, advice.change, advice.current
+            )
     return HostReportView(
         report,
         chart=review.chart,
@@ -77,7 +77,7 @@ def capacity_report(
     reports = ctx.reporter.gather(names)
     reviews = ctx.reporter.review(reports)
     views = tuple(_host_view(ctx, r, review) for r, review in zip(reports, reviews, strict=True))
-    return ReportReply(views, schedule)
+    return ReportReply(views, schedule, ctx.reporter.timezone)
 
 
 def report(ctx: Context, actor: Actor, command: Report) -> Reply:
@@ -112,7 +112,13 @@ def report_off(ctx: Context, actor: Actor, command: ReportOff) -> Reply:
     reporter = _scheduler_of(ctx, actor)
     if isinstance(reporter, ProblemReply | RefusalReply):
         return reporter
-    return ReportStoppedReply(ctx.channel, reporter.unschedule(ctx.channel))
+    stopped = reporter.unschedule(ctx.channel, command.schedule_id)
+    if command.schedule_id is not None and not stopped:
+        return ProblemReply(
+            f"there is no report schedule #{command.schedule_id} in {ctx.channel}; "
+            "'report schedules' lists them"
+        )
+    return ReportStoppedReply(ctx.channel, stopped)
 
 
 def report_schedules(ctx: Context, actor: Actor, command: ReportSchedules) -> Reply:

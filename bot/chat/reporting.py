@@ -34,6 +34,7 @@ class ChartImage:
     filename: str
     alt: str
     size_px: tuple[int, int]
+    title: str = ""  # drawn on the chart and sent with its upload: one title
 
     @cached_property
     def png(self) -> bytes:
@@ -80,11 +81,14 @@ class Reporter(Protocol):
     def schedule(
         self, channel: str, cadence: Cadence, created_by: str, host: str | None = None
     ) -> ReportSchedule:
-        """Report to ``channel`` on ``cadence`` (replacing that channel's schedule)."""
+        """Report to ``channel`` on ``cadence``, besides the schedules it has already."""
         ...
 
-    def unschedule(self, channel: str) -> tuple[ReportSchedule, ...]:
-        """Stop ``channel``'s schedules; the ones stopped."""
+    def unschedule(
+        self, channel: str, schedule_id: int | None = None
+    ) -> tuple[ReportSchedule, ...]:
+        """Stop ``channel``'s schedule ``schedule_id`` (every one of them when None); the ones
+        stopped (none when ``schedule_id`` is not one of that channel's)."""
         ...
 
     def schedules(self, channel: str | None = None) -> tuple[ReportSchedule, ...]:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.agent_json import AgentEvent, AgentOperation, PlannedChange
-from bot.chat.audit import HistoryEntry, Watch
+from bot.chat.audit import HistoryEntry, RollbackTarget, Watch
 from bot.chat.policy import ProposalState, ProposalTerms, Refusal
 from bot.chat.progress import ProgressView
 from bot.errors import InputError, NotFound, StoreError
@@ -26,9 +26,11 @@ from bot.store import (
     RevisionOutcome,
     RevisionRecord,
     Store,
+    read_revisions,
     record_agent_events,
     record_agent_operation,
     record_agent_proposal,
+    revision_of_agent,
 )
 from bot.vocab import OperationKind
 
@@ -60,6 +62,7 @@ class StoreAudit:
         at: datetime,
         expires_at: datetime,
         channel: str,
+        returns_to: int | None = None,
     ) -> ProposalTerms:
         answer = {"plan": change.plan.raw, "fingerprint": change.fingerprint}
         record = record_agent_proposal(
@@ -70,15 +73,66 @@ class StoreAudit:
             channel=channel,
             expires_at=expires_at,
             at=at,
+            returned_to=returns_to,
         )
         return self.proposal(record.id)
+
+    def _terms(self, record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
+        agent_revision = None
+        if revision.returned_to is not None:
+            agent_revision = self.store.revision(revision.returned_to).agent_revision_id
+        return _terms(record, revision, agent_revision)
+
+    def rollback_target(self, host: str | None, revision: int | None) -> RollbackTarget:
+        if revision is None:
+            if host is None:
+                raise InputError("name the host to roll back, or a revision from history")
+            record = self._last_other_ready(host)
+        else:
+            try:
+                record = self.store.revision(revision)
+            except (NotFound, InputError) as exc:
+                raise NotFound(
+                    f"there is no revision {revision} in the history; 'history' lists them"
+                ) from exc
+            if host is not None and record.host != host:
+                raise InputError(
+                    f"revision {record.id} is {record.host}'s ({_setting(record)}), not {host}'s; "
+                    f"'history {host}' lists {host}'s revisions"
+                )
+        if record.agent_revision_id is None or not _became_ready(record):
+            raise InputError(
+                f"revision {record.id} of {record.host} ({_setting(record)}) never became ready "
+                f"there (it is {record.outcome.value}); a rollback returns to a config that ran"
+            )
+        return RollbackTarget(
+            revision=record.id,
+            host=record.host,
+            agent_revision=record.agent_revision_id,
+            setting=record.settings,
+            applied_by=record.applied_by,
+            applied_at=record.applied_at or record.proposed_at,
+        )
+
+    def _last_other_ready(self, host: str) -> RevisionRecord:
+        """The agent's own rule (the newest revision that became ready, other than the running
+        one and any with its command line), read from its revisions, as the audit's revision."""
+        answer = self._revisions(host)
+        newest = sorted(read_revisions(answer).values(), key=lambda r: r.id, reverse=True)
+        for candidate in newest[1:]:
+            if candidate.became_ready and candidate.argv != newest[0].argv:
+                return revision_of_agent(self.store, host, answer, candidate.id)
+        raise NotFound(
+            f"{host} has no earlier config that became ready to roll back to; "
+            "'history' lists its revisions"
+        )
 
     def proposal(self, proposal_id: int) -> ProposalTerms:
         try:
             record = self.store.proposal(proposal_id)
         except (NotFound, InputError) as exc:
             raise NotFound(f"there is no proposal #{proposal_id}") from exc
-        return _terms(record, self.store.revision(record.revision_id))
+        return self._terms(record, self.store.revision(record.revision_id))
 
     def claim_apply(self, proposal_id: int, actor: str, at: datetime) -> ProposalTerms:
         with self._claims:
@@ -90,7 +144,7 @@ class StoreAudit:
                 except (StoreError, InputError):
                     # Another process claimed it between the read and the write: read who did.
                     revision = self.store.revision(record.revision_id)
-            return _terms(record, revision)
+            return self._terms(record, revision)
 
     def settle_refused(self, proposal_id: int) -> None:
         """The agent refused the claimed proposal at apply time: it ends refused."""
@@ -108,7 +162,7 @@ class StoreAudit:
         revision = self.store.revision(record.revision_id)
         if revision.outcome is RevisionOutcome.PROPOSED:
             revision = self.store.record_outcome(revision.id, RevisionOutcome.CANCELLED, at=at)
-        return _terms(record, revision)
+        return self._terms(record, revision)
 
     def record_refusal(self, refusal: Refusal, text: str, at: datetime, channel: str) -> None:
         revision_id = None
@@ -185,7 +239,7 @@ class StoreAudit:
         """Proposals claimed by an apply whose operation was never recorded: the bot stopped
         between the claim and recording what the agent answered."""
         return [
-            _terms(record, self.store.revision(record.revision_id))
+            self._terms(record, self.store.revision(record.revision_id))
             for record in self.store.applied_without_operation()
         ]
 
@@ -236,7 +290,9 @@ class StoreAudit:
         return [_entry(record) for record in self.store.history(host, limit)]
 
 
-def _terms(record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
+def _terms(
+    record: ProposalRecord, revision: RevisionRecord, agent_revision: int | None
+) -> ProposalTerms:
     outcome = revision.outcome
     if outcome in _OPEN:
         state, by, at = ProposalState.OPEN, None, None
@@ -259,18 +315,35 @@ def _terms(record: ProposalRecord, revision: RevisionRecord) -> ProposalTerms:
         ratio=revision.settings.ratio,
         size_gb=revision.settings.size_gb,
         fingerprint=record.fingerprint,
+        returns_to=revision.returned_to,
+        agent_revision=agent_revision,
+    )
+
+
+def _setting(record: RevisionRecord) -> str:
+    settings = record.settings
+    if not settings.enabled:
+        return "hicache off"
+    if settings.size_gb:
+        return f"size {settings.size_gb} GB/rank"
+    if settings.ratio is not None:
+        return f"ratio {settings.ratio:g}"
+    return "(as configured)"
+
+
+def _became_ready(record: RevisionRecord) -> bool:
+    # A rolled back revision either ran (undone later) or failed (its failure kept).
+    if record.outcome is RevisionOutcome.READY:
+        return True
+    return (
+        record.outcome is RevisionOutcome.ROLLED_BACK
+        and record.startup_seconds is not None
+        and record.failure_kind is None
     )
 
 
 def _entry(record: RevisionRecord) -> HistoryEntry:
-    settings = record.settings
-    setting = (
-        f"size {settings.size_gb} GB/rank"
-        if settings.size_gb
-        else f"ratio {settings.ratio:g}"
-        if settings.ratio is not None
-        else "(as configured)"
-    )
+    setting = _setting(record)
     return HistoryEntry(
         id=record.id,
         host=record.host,
@@ -284,4 +357,6 @@ def _entry(record: RevisionRecord) -> HistoryEntry:
         startup_s=record.startup_seconds,
         device_tokens=record.device_tokens,
         failure_kind=record.failure_kind,
+        kind=record.kind.value,
+        returned_to=record.returned_to,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from bot.chat.audit import HistoryEntry, RollbackTarget
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import ProgressView
 from bot.reports.model import ServerMetrics
@@ -21,9 +22,12 @@ __all__ = [
     "doing",
     "figure",
     "hhmm",
+    "history_note",
     "load_text",
     "local_time",
     "refusal_text",
+    "rollback_head",
+    "rollback_to_off_text",
     "uptime_text",
 ]
 
@@ -84,9 +88,12 @@ def doing(view: ProgressView) -> str:
     return label
 
 
-def hhmm(at: datetime | None) -> str:
-    """A time as people read it in a channel: ``09:14 UTC``."""
-    return "an unknown time" if at is None else f"{at:%H:%M} UTC"
+def hhmm(at: datetime | None, zone: str = "UTC") -> str:
+    """A time as people read it in a channel, in ``zone`` (``[reports] timezone`` where the
+    caller has it): ``09:14 UTC``, ``10:14 Europe/Paris``."""
+    if at is None:
+        return "an unknown time"
+    return f"{at.astimezone(ZoneInfo(zone)):%H:%M} {zone}"
 
 
 def local_time(at: datetime, zone: str) -> str:
@@ -127,12 +134,53 @@ def refusal_text(refusal: Refusal) -> str:
     return f"{pid} cannot be applied: the plan was refused. {refusal.detail}".rstrip()
 
 
+def history_note(entry: HistoryEntry) -> str:
+    """What a history row adds after its figures: the failure kind, and what the revision is
+    when it is not a new config (``restart``; ``rollback to #7``)."""
+    notes = [entry.failure_kind] if entry.failure_kind else []
+    if entry.kind == "restart":
+        notes.append("restart")
+    elif entry.kind == "rollback":
+        notes.append(
+            "rollback" if entry.returned_to is None else f"rollback to #{entry.returned_to}"
+        )
+    return f"  ({', '.join(notes)})" if notes else ""
+
+
+def rollback_head(target: RollbackTarget) -> str:
+    """What a rollback proposal returns to, by the number ``history`` shows:
+    ``Roll back kimi-01 to revision 7: ratio 4 x device pool (applied by ana on 2026-12-01
+    14:02 UTC)``."""
+    who = target.applied_by or "the agent"
+    when = "" if target.applied_at is None else f" on {target.applied_at:%Y-%m-%d %H:%M} UTC"
+    return (
+        f"Roll back {target.host} to revision {target.revision}: "
+        f"{target.setting.effective_phrase()} (applied by {who}{when})"
+    )
+
+
+def rollback_to_off_text(target: RollbackTarget) -> str:
+    """Why a rollback to a config with HiCache off is not proposed."""
+    return (
+        f"revision {target.revision} of {target.host} ran with HiCache off; a rollback is "
+        "planned as a HiCache change, so this one cannot be proposed: edit the command line "
+        "on the host"
+    )
+
+
 def uptime_text(seconds: float | None) -> str:
-    """A server's uptime as H:MM:SS, "?" when unknown."""
+    """A server's uptime, the same on every surface, in units that cannot be misread:
+    ``42 s``, ``3 min 23 s``, ``2 h 05 min``, ``3 d 04 h``; ``?`` when unknown."""
     if seconds is None:
         return "?"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole // 60 % 60:02d} min"
+    return f"{whole // 86400} d {whole // 3600 % 24:02d} h"
 
 
 def load_text(metrics: ServerMetrics | None) -> str:

@@ -12,7 +12,7 @@ recommendations to the planner and runs the scheduler::
 from __future__ import annotations
 
 from bot.reports.cadence import Cadence
-from bot.reports.chart import CHART_PX, alt_text, chart_window, render_chart
+from bot.reports.chart import CHART_PX, alt_text, chart_title, chart_window, render_chart
 from bot.reports.model import (
     MEMORY_NOTICE_WINDOW,
     ConfigChange,
@@ -42,6 +42,7 @@ __all__ = [
     "alt_text",
     "assess",
     "candidates",
+    "chart_title",
     "chart_window",
     "load_report_settings",
     "render_chart",

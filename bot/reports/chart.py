@@ -17,7 +17,7 @@ from typing import Any
 from bot.reports.model import ConfigChange
 from bot.store.records import CapacitySample
 
-__all__ = ["CHART_PX", "alt_text", "chart_window", "render_chart"]
+__all__ = ["CHART_PX", "alt_text", "chart_title", "chart_window", "render_chart"]
 
 #: Width and height of the PNG, in pixels.
 CHART_PX = (720, 720)
@@ -40,6 +40,12 @@ def chart_window(samples: Sequence[CapacitySample], now: datetime, hours: int) -
     return min(max(start, samples[0].at), now - MIN_SPAN)
 
 
+def chart_title(host: str, start: datetime, end: datetime) -> str:
+    """The chart's one title, drawn on it and sent with its upload: ``kimi-01: capacity, last
+    24 h``, the span it really draws."""
+    return f"{host}: capacity, {_span(start, end)}"
+
+
 def alt_text(host: str, samples: Sequence[CapacitySample], changes: Sequence[ConfigChange]) -> str:
     """What the picture shows, for a reader who cannot see it."""
     usage = [s.token_usage for s in samples if s.token_usage is not None]
@@ -52,8 +58,12 @@ def alt_text(host: str, samples: Sequence[CapacitySample], changes: Sequence[Con
         parts.append(f"queue up to {max(queue)} requests")
     if ram:
         parts.append(f"available RAM {min(ram) / 1e9:.0f} to {max(ram) / 1e9:.0f} GB")
-    if changes:
-        parts.append("config changes: " + ", ".join(c.label for c in changes))
+    configs = [c.label for c in changes if not c.restart]
+    if configs:
+        parts.append("config changes: " + ", ".join(configs))
+    restarts = [c for c in changes if c.restart]
+    if restarts:
+        parts.append(f"{len(restarts)} restart(s) on the same config")
     return "; ".join(parts) + "."
 
 
@@ -64,7 +74,9 @@ def render_chart(
     start: datetime,
     end: datetime,
 ) -> bytes:
-    """The PNG of ``samples`` (oldest first) between ``start`` and ``end``."""
+    """The PNG of ``samples`` (oldest first) between ``start`` and ``end``, its times in the
+    zone of ``start`` (the configured ``[reports] timezone``); a restart's marker is dotted and
+    grey, a new configuration's dashed and red."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,25 +106,26 @@ def render_chart(
                 ax.grid(alpha=0.3)
                 ax.set_xlim(start, end)
             axes[0].set_ylim(0, 105)
-            axes[0].set_title(f"{host}: capacity, {_span(start, end)}")
+            axes[0].set_title(chart_title(host, start, end))
             if not shown:
                 axes[1].text(0.5, 0.5, "no samples yet", ha="center", va="center",
                              transform=axes[1].transAxes)  # fmt: skip
             for change in changes:
                 if start <= change.at <= end:
+                    colour, style = ("tab:gray", ":") if change.restart else ("tab:red", "--")
                     for ax in axes:
-                        ax.axvline(change.at, color="tab:red", linestyle="--", linewidth=2)
+                        ax.axvline(change.at, color=colour, linestyle=style, linewidth=2)
                     axes[0].annotate(
                         change.label, (change.at, 100), xytext=(4, -4),
-                        textcoords="offset points", va="top", color="tab:red",
-                        fontweight="bold",
+                        textcoords="offset points", va="top", color=colour,
+                        fontweight="normal" if change.restart else "bold",
                     )  # fmt: skip
             # matplotlib.dates has no type hints.
             hours = mdates.DateFormatter("%H:%M", tz=start.tzinfo)  # type: ignore[no-untyped-call]
             ticks = _ticks(mdates, start, end)
             axes[-1].xaxis.set_major_formatter(hours)
             axes[-1].xaxis.set_major_locator(ticks)
-            axes[-1].set_xlabel(f"time ({start.tzname() or 'UTC'})", fontsize=_FONT - 2)
+            axes[-1].set_xlabel(f"time ({start.tzinfo or 'UTC'})", fontsize=_FONT - 2)
             out = io.BytesIO()
             figure.savefig(out, format="png", dpi=_DPI, metadata={"Software": None})
         finally:

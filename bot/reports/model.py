@@ -50,10 +50,12 @@ class LastOperation:
 
 @dataclass(frozen=True)
 class ConfigChange:
-    """A configuration that became ready on the host, for the chart's markers."""
+    """A start that became ready on the host, for the chart's markers: a new configuration, or
+    (``restart``) the same one started again, drawn apart so it does not read as a change."""
 
     at: datetime
-    label: str  # "ratio 4", "size 48 GB"
+    label: str  # "ratio 4", "size 48 GB", "restart (ratio 2)"
+    restart: bool = False
 
 
 @dataclass(frozen=True)

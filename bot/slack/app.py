@@ -20,6 +20,7 @@ from slack_bolt import Ack, App
 from slack_bolt.error import BoltError
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -30,11 +31,21 @@ from bot.settings import Secret
 from bot.slack.dispatch import Dispatch
 from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION, SLASH_COMMAND
 
-__all__ = ["RATE_LIMIT_RETRIES", "build_app", "web_client"]
+__all__ = ["RATE_LIMIT_RETRIES", "bot_user_id", "build_app", "web_client"]
 
 #: 429s retried by the client (after Retry-After) before the caller sees the error.
 RATE_LIMIT_RETRIES = 3
 _TIMEOUT_S = 15
+
+
+def bot_user_id(client: WebClient) -> str | None:
+    """The bot's own Slack user id (``auth.test``), so what the bot proposes mentions a real
+    user; None when Slack does not say (the bot then names itself in plain text)."""
+    try:
+        found = client.auth_test().get("user_id")
+    except (SlackApiError, SlackClientError, OSError):
+        return None
+    return found if isinstance(found, str) and found else None
 
 
 def web_client(token: Secret, api_url: str) -> WebClient:

@@ -17,6 +17,7 @@ only lays them out for Slack. Each function returns a :class:`SlackMessage` whos
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -30,7 +31,7 @@ from bot.chat.replies import (
     ProposalReply,
     StatusReply,
 )
-from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm, history_note, rollback_head, uptime_text
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -72,6 +73,9 @@ __all__ = [
 
 HISTORY_PAGE_ROWS = 20  # rows of one history message; more go to its thread
 
+# A Slack user or bot user id (U0BEN, W0123ABC); anything else is a name, never a mention.
+_SLACK_ID = re.compile(r"[UW][A-Z0-9]{2,}")
+
 _NOTICE = {
     OperationState.STALLED: ":warning: stalled: the server lives but its log has not moved",
     OperationState.ROLLING_BACK: ":x: failed to start; rolling back to the last config that ran",
@@ -82,7 +86,11 @@ _NOTICE = {
 
 
 def _who(user: str | None) -> str:
-    return f"<@{user}>" if user else "someone"
+    """A mention of a Slack user id; anything else (a name the bot gave itself, an agent's actor)
+    in plain text, since ``<@name>`` shows Slack's "unknown user"."""
+    if not user:
+        return "someone"
+    return f"<@{user}>" if _SLACK_ID.fullmatch(user) else user
 
 
 def _duration(seconds: float) -> str:
@@ -100,6 +108,11 @@ def _eta(seconds: float | None) -> str:
 
 
 def _proposal_head(reply: ProposalReply) -> str:
+    if reply.rollback is not None:
+        return (
+            f"*Proposal #{reply.id}*: {rollback_head(reply.rollback)}  "
+            f"(asked by {_who(reply.proposed_by)})"
+        )
     now = f"{reply.current} -> " if reply.current else ""
     return (
         f"*Proposal #{reply.id} for {reply.host}*: hicache {now}{reply.plan.setting}  "
@@ -148,6 +161,8 @@ def proposal(reply: ProposalReply) -> SlackMessage:
             context(f"Apply re-checks the host first. Expires {hhmm(reply.expires_at)}."),
         ]
         text = f"Proposal #{reply.id} for {reply.host}: {plan.setting} fits ({plan.reason})"
+        if reply.rollback is not None:
+            text = f"Proposal #{reply.id}: {rollback_head(reply.rollback)}; fits ({plan.reason})"
     else:
         blocks.append(context("Nothing to apply: ask again with a value that fits."))
         text = f"Proposal #{reply.id} for {reply.host}: {plan.setting} refused ({plan.reason})"
@@ -350,7 +365,7 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
         section(
             f"*{answer.host}*{default}: server {status.server_state}, health "
             f"{status.health_code or 'none'}, SGLang {status.version or '?'}, up "
-            f"{_duration(status.uptime_s or 0)}\nhicache *{status.effective or 'unknown'}*"
+            f"{uptime_text(status.uptime_s)}\nhicache *{status.effective or 'unknown'}*"
         ),
         fields(
             [
@@ -410,11 +425,10 @@ def _history_rows(entries: Sequence[HistoryEntry]) -> list[str]:
     rows = []
     for e in entries:
         startup = "" if e.startup_s is None else f"{e.startup_s:.0f} s"
-        failure = f" ({e.failure_kind})" if e.failure_kind else ""
         rows.append(
             f"{e.id:>4}  {e.host:<10} {e.setting:<18} {e.outcome:<12} {e.proposed_by or '-':<11} "
             f"{e.applied_by or '-':<11} {_num(e.planned_gb_per_rank):>7} "
-            f"{_num(e.logged_gb_per_rank):>7} {startup:>7}{failure}"
+            f"{_num(e.logged_gb_per_rank):>7} {startup:>7}{history_note(e)}"
         )
     return rows
 

@@ -53,14 +53,14 @@ def _gpus(report: HostReport) -> str:
     )
 
 
-def _notes(view: HostReportView) -> list[str]:
+def _notes(view: HostReportView, zone: str) -> list[str]:
     report = view.report
     notes = []
     last = report.last_operation
     if last is not None:
         notes.append(
             f"Last operation #{last.id} {last.kind} {last.state}, by {_who(last.actor)} at "
-            f"{hhmm(last.at)}"
+            f"{hhmm(last.at, zone)}"
         )
     for notice in report.memory_notices[-3:]:
         notes.append(f":warning: Memory at {hhmm(notice.at)}: {notice.message}")
@@ -90,12 +90,12 @@ def _notes(view: HostReportView) -> list[str]:
     return notes
 
 
-def _host_blocks(view: HostReportView) -> list[Block]:
+def _host_blocks(view: HostReportView, zone: str) -> list[Block]:
     report = view.report
     if not report.answered:
         return [
             section(
-                f":electric_plug: *{report.host}*: agent unreachable at {hhmm(report.at)} "
+                f":electric_plug: *{report.host}*: agent unreachable at {hhmm(report.at, zone)} "
                 f"({report.problem})"
             )
         ]
@@ -116,7 +116,7 @@ def _host_blocks(view: HostReportView) -> list[Block]:
                 f"*GPUs*\n{_gpus(report)}",
             ]
         ),
-        context(*_notes(view)),
+        context(*_notes(view, zone)),
     ]
 
 
@@ -132,17 +132,20 @@ def _summary(view: HostReportView) -> str:
 def report(reply: ReportReply) -> SlackMessage:
     """The report message: a block group per host (an unreachable host is one line); its text
     names each host's setting or that it did not answer."""
-    at = hhmm(reply.hosts[0].report.at) if reply.hosts else hhmm(None)
+    at = hhmm(reply.hosts[0].report.at, reply.timezone) if reply.hosts else hhmm(None)
     scheduled = "" if reply.schedule is None else f" (schedule #{reply.schedule.id})"
     head = f"*Capacity report at {at}*{scheduled}"
-    blocks = [section(head)] + [b for view in reply.hosts for b in _host_blocks(view)]
+    blocks = [section(head)] + [
+        b for view in reply.hosts for b in _host_blocks(view, reply.timezone)
+    ]
     text = f"Capacity report at {at}{scheduled}: " + "; ".join(_summary(v) for v in reply.hosts)
     return message(text, blocks)
 
 
 def chart_title(view: HostReportView) -> str:
-    """The title of a host's chart as uploaded in the report's thread."""
-    return f"Capacity of {view.report.host}, last 24 h"
+    """The title of a host's chart as uploaded in the report's thread: the one drawn on it."""
+    chart = view.chart
+    return chart.title if chart is not None and chart.title else f"{view.report.host}: capacity"
 
 
 def report_scheduled(reply: ReportScheduledReply) -> SlackMessage:

@@ -26,7 +26,7 @@ from bot.fleet import FleetSettings
 from bot.reports import ReportSettings
 from bot.reports.runtime import ReportDesk, ReportScheduler, attach_reports, start_scheduler
 from bot.slack._book import MessageBook
-from bot.slack.app import build_app, web_client
+from bot.slack.app import bot_user_id, build_app, web_client
 from bot.slack.config import SlackSettings, SlackTokens
 from bot.slack.dispatch import Dispatch
 from bot.slack.expiry import ProposalSweep
@@ -140,6 +140,7 @@ def build_bot(
         transports=transports,
         poll_wait_s=poll_wait_s,
         retry_s=retry_s,
+        reports_proposer=bot_user_id(client),
     )
     if fleets:
         attach_fleets(core.context, store, fleets, front)

@@ -20,6 +20,7 @@ from bot.store.records import (
     ProposalRecord,
     RefusalRecord,
     ReportSchedule,
+    RevisionKind,
     RevisionOutcome,
     RevisionRecord,
     StoredEvent,
@@ -73,6 +74,7 @@ def revision_record(row: RevisionRow) -> RevisionRecord:
         returned_to=row.returned_to,
         agent_revision_id=row.agent_revision_id,
         agent_returned_to=row.agent_returned_to,
+        kind=RevisionKind(row.kind),
     )
 
 

@@ -4,6 +4,7 @@ ON DELETE, chosen per reference:
 
 - operation_events -> operations: CASCADE (events mean nothing without their operation);
 - proposals -> revisions: CASCADE (a proposal is the Slack side of its revision);
+- proposal_replicas -> proposals, revisions: CASCADE (a fleet proposal's link to each replica);
 - operations -> revisions, revisions -> revisions (rollback_of, returned_to): RESTRICT, so an
   audited revision cannot vanish while anything points at it;
 - refusals -> revisions: SET NULL (the refusal itself stays on record).
@@ -31,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from bot.store._types import UTCDateTime
-from bot.store.records import RevisionOutcome
+from bot.store.records import RevisionKind, RevisionOutcome
 from bot.vocab import ReplicaPhase, RolloutState
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "CapacitySampleRow",
     "OperationEventRow",
     "OperationRow",
+    "ProposalReplicaRow",
     "ProposalRow",
     "RefusalRow",
     "ReportScheduleRow",
@@ -62,6 +64,7 @@ USER = 64
 CHANNEL = 64
 TS = 32
 _OUTCOMES = ", ".join(f"'{o.value}'" for o in RevisionOutcome)
+_KINDS = ", ".join(f"'{k.value}'" for k in RevisionKind)
 _ROLLOUT_STATES = ", ".join(f"'{s.value}'" for s in RolloutState)
 _REPLICA_PHASES = ", ".join(f"'{p.value}'" for p in ReplicaPhase)
 
@@ -105,9 +108,14 @@ class RevisionRow(Base):
     # The host agent's own revision ids: this one, and for a rollback the one it returned to.
     agent_revision_id: Mapped[int | None] = mapped_column(BigInteger)
     agent_returned_to: Mapped[int | None] = mapped_column(BigInteger)
+    # change, restart or rollback (migration 0007).
+    kind: Mapped[str] = mapped_column(
+        String(16), default=RevisionKind.CHANGE.value, server_default=RevisionKind.CHANGE.value
+    )
 
     __table_args__ = (
         CheckConstraint(f"outcome IN ({_OUTCOMES})", name="outcome"),
+        CheckConstraint(f"kind IN ({_KINDS})", name="kind"),
         # revision_by_agent_id(host, id): the store's row for an agent's revision.
         Index("ix_revisions_host_agent_revision_id", "host", "agent_revision_id"),
         # history(host, limit): newest first per host.
@@ -139,6 +147,21 @@ class ProposalRow(Base):
         # A button click names the message it sits on.
         Index("ix_proposals_channel_message_ts", "channel", "message_ts"),
     )
+
+
+class ProposalReplicaRow(Base):
+    """One replica's revision of a proposal over a whole fleet (migration 0007)."""
+
+    __tablename__ = "proposal_replicas"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    proposal_id: Mapped[int] = mapped_column(ForeignKey("proposals.id", ondelete="CASCADE"))
+    host: Mapped[str] = mapped_column(String(HOST))
+    revision_id: Mapped[int] = mapped_column(
+        ForeignKey("revisions.id", ondelete="CASCADE"), unique=True
+    )
+
+    __table_args__ = (UniqueConstraint("proposal_id", "host"),)
 
 
 class OperationRow(Base):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from bot.store.records import RevisionRecord
+from bot.store.records import RevisionKind, RevisionRecord
 
 __all__ = ["COLUMNS", "history_csv", "history_json", "history_table", "revision_dict"]
 
@@ -49,6 +49,7 @@ COLUMNS: tuple[tuple[str, Callable[[RevisionRecord], Any]], ...] = (
     ("returned_to", lambda r: r.returned_to),
     ("agent_revision_id", lambda r: r.agent_revision_id),
     ("agent_returned_to", lambda r: r.agent_returned_to),
+    ("kind", lambda r: r.kind.value),
 )
 
 
@@ -126,7 +127,7 @@ _TABLE: tuple[tuple[str, Callable[[RevisionRecord], str]], ...] = (
 
 
 def _note(record: RevisionRecord) -> str:
-    parts = []
+    parts = [] if record.kind is RevisionKind.CHANGE else [record.kind.value]
     if record.failure_kind:
         parts.append(f"failed: {record.failure_kind}")
     if record.rollback_of is not None:

@@ -10,7 +10,13 @@ from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import revision_record
 from bot.store._lookup import row_by_id
-from bot.store._models import HOST, RevisionRow
+from bot.store._models import (
+    HOST,
+    ProposalReplicaRow,
+    ProposalRow,
+    RevisionRow,
+    RolloutReplicaRow,
+)
 from bot.store.records import RevisionOutcome, RevisionRecord
 
 __all__ = ["RevisionReadsMixin", "history_query"]
@@ -54,6 +60,41 @@ class RevisionReadsMixin(StoreBase):
                 .limit(1)
             ).one_or_none()
             return None if row is None else revision_record(row)
+
+    def revision_of_rollout_operation(
+        self, host: str, agent_operation_id: int
+    ) -> RevisionRecord | None:
+        """The revision proposed for the replica ``host`` of a rollout whose line records the
+        agent's operation ``agent_operation_id`` (None when no rollout line does): the
+        proposal's record of a change the agent then reports, so the two make one row."""
+        name = v.text("host", host, HOST)
+        op_id = v.count("agent operation id", agent_operation_id, minimum=1)
+        with self._read("read a rollout's revision") as session:
+            line = session.scalars(
+                select(RolloutReplicaRow)
+                .where(
+                    RolloutReplicaRow.host == name,
+                    RolloutReplicaRow.agent_operation_id == op_id,
+                    RolloutReplicaRow.proposal_id.is_not(None),
+                )
+                .order_by(RolloutReplicaRow.id.desc())
+                .limit(1)
+            ).one_or_none()
+            if line is None:
+                return None
+            linked = session.scalars(
+                select(ProposalReplicaRow.revision_id).where(
+                    ProposalReplicaRow.proposal_id == line.proposal_id,
+                    ProposalReplicaRow.host == name,
+                )
+            ).one_or_none()
+            if linked is None:
+                proposal = session.get(ProposalRow, line.proposal_id)
+                if proposal is None:
+                    return None
+                linked = proposal.revision_id
+            row = session.get(RevisionRow, linked)
+            return None if row is None or row.host != name else revision_record(row)
 
     def history(self, host: str | None = None, limit: int = 20) -> list[RevisionRecord]:
         """Revisions newest first (all hosts when ``host`` is None)."""

@@ -9,10 +9,11 @@ resumes watching after a restart cannot rewrite the audit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.errors import InputError
@@ -22,11 +23,22 @@ from bot.store import _validate as v
 from bot.store._base import StoreBase
 from bot.store._convert import proposal_record, revision_record
 from bot.store._lookup import row_by_id
-from bot.store._models import CHANNEL, HOST, TS, USER, ProposalRow, RevisionRow
+from bot.store._models import (
+    CHANNEL,
+    HOST,
+    TS,
+    USER,
+    ProposalReplicaRow,
+    ProposalRow,
+    RevisionRow,
+)
 from bot.store.records import (
     FINAL_OUTCOMES,
+    FleetProposalRecord,
+    FleetReplicaProposal,
     PlanSummary,
     ProposalRecord,
+    RevisionKind,
     RevisionOutcome,
     RevisionRecord,
 )
@@ -41,6 +53,7 @@ _NEXT: dict[RevisionOutcome, frozenset[RevisionOutcome]] = {
             RevisionOutcome.EXPIRED,
             RevisionOutcome.REFUSED,
             RevisionOutcome.APPLIED,
+            RevisionOutcome.UNCHANGED,
         }
     ),
     RevisionOutcome.APPLIED: frozenset(
@@ -49,6 +62,7 @@ _NEXT: dict[RevisionOutcome, frozenset[RevisionOutcome]] = {
             RevisionOutcome.FAILED,
             RevisionOutcome.ROLLED_BACK,
             RevisionOutcome.REFUSED,
+            RevisionOutcome.UNCHANGED,
         }
     ),
     RevisionOutcome.READY: frozenset({RevisionOutcome.ROLLED_BACK}),
@@ -107,9 +121,14 @@ class RevisionsMixin(StoreBase):
         rollback_of: int | None = None,
         returned_to: int | None = None,
         command_line: Iterable[str] = (),
+        kind: RevisionKind | str = RevisionKind.CHANGE,
     ) -> RevisionRecord:
-        """Record a configuration asked for (``proposed``, or ``refused`` straight away)."""
+        """Record a configuration asked for (``proposed``, or ``refused`` straight away), a
+        change unless ``kind`` says it is a restart or a rollback. A fleet's refusal records a
+        ``refused`` revision for each replica it names (a plan of None figures and the reason
+        when the replica could not be planned at all: an agent that did not answer)."""
         start = v.member("outcome", RevisionOutcome, outcome)
+        what = v.member("kind", RevisionKind, kind)
         if start not in (RevisionOutcome.PROPOSED, RevisionOutcome.REFUSED):
             raise InputError(
                 f"a new revision starts 'proposed' or 'refused', not {start.value!r}; "
@@ -123,6 +142,7 @@ class RevisionsMixin(StoreBase):
             )
             row.command_line = argv
             row.outcome = start.value
+            row.kind = what.value
             row.finished_at = when if start in FINAL_OUTCOMES else None
             session.flush()
             return revision_record(row)
@@ -199,11 +219,89 @@ class RevisionsMixin(StoreBase):
                 session, host, settings, plan, proposed_by, when, None, returned_to
             )
             revision.command_line = argv
+            if returned_to is not None:
+                revision.kind = RevisionKind.ROLLBACK.value
             session.flush()
             row = ProposalRow(revision_id=revision.id, expires_at=expiry, created_at=when, **values)
             session.add(row)
             session.flush()
             return proposal_record(row)
+
+    def record_fleet_proposal(
+        self,
+        fleet: str,
+        replicas: Sequence[FleetReplicaProposal],
+        *,
+        proposed_by: str,
+        channel: str,
+        expires_at: datetime,
+        message_ts: str | None = None,
+        at: datetime | None = None,
+    ) -> FleetProposalRecord:
+        """Record one proposal over a whole fleet, in one transaction: a ``proposed`` revision
+        per replica (``refused`` where its plan was refused), ONE proposal (one id for people
+        to apply or cancel; its ``revision_id`` and fingerprint are the first replica's) and
+        the link from it to every replica's revision (:meth:`fleet_proposal_revisions`)."""
+        name = v.text("fleet", fleet, HOST)
+        if not replicas:
+            raise InputError(f"fleet {name} has no replica to propose a change to")
+        hosts = [v.text("host", replica.host, HOST) for replica in replicas]
+        if len(set(hosts)) != len(hosts):
+            raise InputError(f"fleet {name} names a host twice: {', '.join(hosts)}")
+        when = self._at(at)
+        expiry = v.instant("expires_at", expires_at)
+        if expiry <= when:
+            raise InputError(
+                f"expires_at {expiry.isoformat()} is not after the proposal time "
+                f"{when.isoformat()}; a proposal must be open for some time"
+            )
+        v.text("proposed by (Slack user id)", proposed_by, USER)
+        first = replicas[0]
+        values = {
+            "channel": v.text("channel", channel, CHANNEL),
+            "message_ts": v.optional_text("message ts", message_ts, TS),
+            "fingerprint": v.text("fingerprint", first.fingerprint, 128),
+            "requested": {"fleet": name, **v.json_object("requested change", first.requested)},
+        }
+        with self._write("record a fleet proposal") as session:
+            rows = []
+            for replica in replicas:
+                row = self._new_revision(
+                    session, replica.host, replica.settings, replica.plan, proposed_by, when,
+                    None, None,
+                )  # fmt: skip
+                row.command_line = v.text_list("command line", replica.command_line)
+                if replica.plan.verdict is Verdict.REFUSED:
+                    row.outcome, row.finished_at = RevisionOutcome.REFUSED.value, when
+                rows.append(row)
+            session.flush()
+            proposal = ProposalRow(
+                revision_id=rows[0].id, expires_at=expiry, created_at=when, **values
+            )
+            session.add(proposal)
+            session.flush()
+            for host, row in zip(hosts, rows, strict=True):
+                session.add(
+                    ProposalReplicaRow(proposal_id=proposal.id, host=host, revision_id=row.id)
+                )
+            session.flush()
+            return FleetProposalRecord(
+                proposal=proposal_record(proposal),
+                revisions={host: row.id for host, row in zip(hosts, rows, strict=True)},
+            )
+
+    def fleet_proposal_revisions(self, proposal_id: int) -> dict[str, RevisionRecord]:
+        """Each replica's revision of fleet proposal ``proposal_id``, by host in the order
+        proposed; empty for a single-host proposal."""
+        with self._read("read a fleet proposal") as session:
+            row_by_id(session, ProposalRow, proposal_id)
+            found = session.execute(
+                select(ProposalReplicaRow.host, RevisionRow)
+                .join(RevisionRow, RevisionRow.id == ProposalReplicaRow.revision_id)
+                .where(ProposalReplicaRow.proposal_id == proposal_id)
+                .order_by(ProposalReplicaRow.id)
+            ).all()
+            return {host: revision_record(row) for host, row in found}
 
     def record_apply(
         self, revision_id: int, applied_by: str, at: datetime | None = None
@@ -262,6 +360,11 @@ class RevisionsMixin(StoreBase):
         with self._write("record an outcome") as session:
             row = row_by_id(session, RevisionRow, revision_id, lock=True)
             if row.outcome == target.value:
+                # The first record wins; a later one only adds the figures it lacked (a fleet
+                # records a replica ready, then the agent's report brings what it logged).
+                for name, value in figures.items():
+                    if value is not None and getattr(row, name) is None:
+                        setattr(row, name, value)
                 return revision_record(row)
             _check_transition(row, target)
             row.outcome = target.value
@@ -328,9 +431,39 @@ class RevisionsMixin(StoreBase):
                 returned_to=source.id,
                 agent_revision_id=agent_id,
                 agent_returned_to=source.agent_revision_id,
+                kind=RevisionKind.ROLLBACK.value,
             )
             session.add(row)
             session.flush()
+            return revision_record(row)
+
+    def link_rollback(self, revision_id: int, rollback_of: int) -> RevisionRecord:
+        """A rollback proposal (``returned_to`` set when proposed) started on the host, undoing
+        ``rollback_of``, the revision running there then; its ``agent_returned_to`` becomes
+        ``returned_to``'s agent id. Linking the same again is a no-op; another is refused."""
+        with self._write("link a rollback") as session:
+            row = row_by_id(session, RevisionRow, revision_id, lock=True)
+            if row.returned_to is None:
+                raise InputError(
+                    f"revision {row.id} returns to no revision; only a rollback undoes one"
+                )
+            if row.rollback_of == rollback_of:
+                return revision_record(row)
+            if row.rollback_of is not None:
+                raise InputError(
+                    f"revision {row.id} already rolls back revision {row.rollback_of}, "
+                    f"not {rollback_of}"
+                )
+            undone = row_by_id(session, RevisionRow, rollback_of)
+            if undone.host != row.host or undone.id == row.id:
+                raise InputError(
+                    f"revision {undone.id} of host {undone.host!r} cannot be what revision "
+                    f"{row.id} of {row.host!r} rolls back; a rollback stays on its host"
+                )
+            row.rollback_of = undone.id
+            row.agent_returned_to = row_by_id(
+                session, RevisionRow, row.returned_to
+            ).agent_revision_id
             return revision_record(row)
 
     def record_agent_revision(

@@ -24,8 +24,10 @@ The rules:
   ``returned_to`` the config the agent started again, with the agent's ids of both) records the
   rollback's own start, ``ready`` with its figures;
 - a rollback a person asked for (kind ``rollback``) is recorded as the revision the agent ran,
-  with its argv and ids, but not linked by ``rollback_of`` / ``returned_to``: the agent's answers
-  do not say which revision it returned to.
+  with its argv and ids; when it was proposed through the store (``returned_to`` set on its
+  proposal) it is linked by ``rollback_of`` to the agent's revision it undid, which becomes
+  ``rolled_back`` once the rollback is ready. One started elsewhere (curl) is not linked: the
+  agent's answers do not say which revision it returned to.
 
 Every answer is read whole (by :mod:`bot.agent_json`, the reader the bot core uses too) before
 anything is written; an answer this kimi-ops cannot read raises :class:`~bot.errors.AgentError`
@@ -55,23 +57,33 @@ from bot.store.records import (
     OperationRecord,
     PlanSummary,
     ProposalRecord,
+    RevisionKind,
     RevisionOutcome,
     RevisionRecord,
     StoredEvent,
 )
 from bot.store.store import Store
-from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationState
+from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, OperationState
 
 __all__ = [
     "record_agent_events",
     "record_agent_operation",
     "record_agent_plan",
     "record_agent_proposal",
+    "revision_of_agent",
 ]
 
 # A revision the agent ran without a plan the store saw (a config found running, or one started
 # before the store was used): no figures, nothing refused.
 _UNPLANNED = PlanSummary(None, None, None, Verdict.FITS, "run by the agent; no plan was recorded")
+
+
+# What the agent's operation kind makes of the revision it runs.
+_KIND = {
+    OperationKind.RESIZE: RevisionKind.CHANGE,
+    OperationKind.RESTART: RevisionKind.RESTART,
+    OperationKind.ROLLBACK: RevisionKind.ROLLBACK,
+}
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -131,10 +143,12 @@ def record_agent_proposal(
     channel: str,
     expires_at: datetime,
     at: datetime | None = None,
+    returned_to: int | None = None,
 ) -> ProposalRecord:
     """Record a ``/v1/plans`` answer shown to people as a proposal, with its ``fingerprint``:
     a refused plan ends ``refused`` at once (its figures and reason kept), a fitting one stays
-    ``proposed`` until it is applied, cancelled or expires."""
+    ``proposed`` until it is applied, cancelled or expires. ``returned_to`` makes it a
+    rollback proposal: the store revision whose config it returns the host to."""
     plan, setting = _read_plan(answer)
     fingerprint = answer.get("fingerprint")
     if not isinstance(fingerprint, str) or not fingerprint:
@@ -150,6 +164,7 @@ def record_agent_proposal(
         fingerprint=fingerprint,
         requested=dict(request) if isinstance(request, Mapping) else {},
         at=at,
+        returned_to=returned_to,
     )
     if plan.verdict is Verdict.REFUSED:
         store.record_outcome(proposal.revision_id, RevisionOutcome.REFUSED, at=at)
@@ -200,7 +215,7 @@ def record_agent_operation(
     end = _read_end(op, agent_revisions, history) if ended else None
     own = None
     if op.revision is not None:
-        own = _own_revision(store, host, op, agent_revisions[op.revision], revision_id)
+        own = _own_revision(store, host, op, agent_revisions, revision_id)
     stored = store.record_operation(
         host,
         op.id,
@@ -286,13 +301,19 @@ def _own_revision(
     store: Store,
     host: str,
     op: AgentOperation,
-    agent: AgentRevision,
+    agent_revisions: Mapping[int, AgentRevision],
     revision_id: int | None,
 ) -> RevisionRecord:
+    assert op.revision is not None  # the caller's check
+    agent = agent_revisions[op.revision]
     if revision_id is not None:
         record = store.revision(revision_id)
     else:
-        found = store.revision_by_agent_id(host, agent.id)
+        # A fleet replica's change was proposed before its agent ran it: that proposal's
+        # revision is this operation's, so one start is one row, credited to its proposer.
+        found = store.revision_by_agent_id(host, agent.id) or store.revision_of_rollout_operation(
+            host, op.id
+        )
         record = found or store.record_revision(
             host,
             agent.setting,
@@ -300,10 +321,18 @@ def _own_revision(
             proposed_by=op.actor,
             at=op.created_at,
             command_line=agent.argv,
+            kind=_KIND[op.kind],
         )
     if record.outcome is RevisionOutcome.PROPOSED:
         store.record_apply(record.id, op.actor, at=op.created_at)
-    return store.record_agent_revision(record.id, agent.id, agent.argv)
+    record = store.record_agent_revision(record.id, agent.id, agent.argv)
+    undone = op.rollback_of
+    proposed_rollback = op.kind is OperationKind.ROLLBACK and record.returned_to is not None
+    if proposed_rollback and record.rollback_of is None and undone in agent_revisions:
+        assert undone is not None  # in the mapping
+        before = _ensure_revision(store, host, agent_revisions[undone])
+        record = store.link_rollback(record.id, before.id)
+    return record
 
 
 def _record_end(
@@ -317,6 +346,10 @@ def _record_end(
     at = op.finished_at
     if op.state is OperationState.READY:
         store.record_outcome(own.id, RevisionOutcome.READY, at=at, **_outcome_figures(end.figures))
+        if own.rollback_of is not None and own.returned_to is not None:
+            undone = store.revision(own.rollback_of)
+            if undone.outcome is not RevisionOutcome.ROLLED_BACK:
+                store.record_outcome(undone.id, RevisionOutcome.ROLLED_BACK, at=at)
         return
     if end.rollback is None:
         _record_failure(store, own, op)
@@ -370,6 +403,19 @@ def _record_rollback(
     return store.record_rollback(
         own.id, target.id, at=rollback.step.at, agent_revision_id=rollback.rollback_id
     )
+
+
+def revision_of_agent(
+    store: Store, host: str, revisions: Mapping[str, Any], agent_revision_id: int
+) -> RevisionRecord:
+    """The store's revision standing for the host agent's revision ``agent_revision_id``, from
+    the agent's ``GET /v1/revisions`` answer: the one recorded, or recorded now as it ran."""
+    agent_revisions = read_revisions(revisions)
+    if agent_revision_id not in agent_revisions:
+        raise AgentError(
+            f"the agent of {host} lists no revision {agent_revision_id} in its revisions answer"
+        )
+    return _ensure_revision(store, host, agent_revisions[agent_revision_id])
 
 
 def _ensure_revision(store: Store, host: str, agent: AgentRevision) -> RevisionRecord:

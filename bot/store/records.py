@@ -27,11 +27,14 @@ from bot.vocab import (
 __all__ = [
     "FINAL_OUTCOMES",
     "CapacitySample",
+    "FleetProposalRecord",
+    "FleetReplicaProposal",
     "OperationRecord",
     "PlanSummary",
     "ProposalRecord",
     "RefusalRecord",
     "ReportSchedule",
+    "RevisionKind",
     "RevisionOutcome",
     "RevisionRecord",
     "RolloutRecord",
@@ -57,6 +60,15 @@ class RevisionOutcome(StrEnum):
     READY = "ready"  # the running server reports the new settings
     FAILED = "failed"  # the start failed (see failure_kind / failure_lines)
     ROLLED_BACK = "rolled_back"  # a later revision returned the host to an earlier config
+    UNCHANGED = "unchanged"  # a fleet's replica the rollout left as it was (nothing ran)
+
+
+class RevisionKind(StrEnum):
+    """What a revision does to its host: the audit tells a restart and a rollback from a change."""
+
+    CHANGE = "change"  # a new configuration (a resize)
+    RESTART = "restart"  # the same configuration started again
+    ROLLBACK = "rollback"  # a return to an earlier configuration (``returned_to``)
 
 
 # Outcomes after which a revision's figures no longer change (``finished_at`` is set).
@@ -68,6 +80,7 @@ FINAL_OUTCOMES: frozenset[RevisionOutcome] = frozenset(
         RevisionOutcome.READY,
         RevisionOutcome.FAILED,
         RevisionOutcome.ROLLED_BACK,
+        RevisionOutcome.UNCHANGED,
     }
 )
 
@@ -121,6 +134,28 @@ class RevisionRecord:
     returned_to: int | None
     agent_revision_id: int | None
     agent_returned_to: int | None
+    kind: RevisionKind = RevisionKind.CHANGE
+
+
+@dataclass(frozen=True)
+class FleetReplicaProposal:
+    """One replica's part of a fleet proposal, as :meth:`Store.record_fleet_proposal` takes it:
+    the setting asked for and the planner's figures on that host."""
+
+    host: str
+    settings: HiCacheSetting
+    plan: PlanSummary
+    fingerprint: str
+    requested: Mapping[str, Any] = field(default_factory=dict)
+    command_line: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FleetProposalRecord:
+    """One proposal over a whole fleet: the proposal (one id) and each replica's revision."""
+
+    proposal: ProposalRecord
+    revisions: Mapping[str, int]  # host -> its revision id, in the order given
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,14 @@ kimi-01: capacity at 09:00 UTC, server running, SGLang 0.5.9, up 2:13:05
   GPUs      0: 94.5/96.0 GB  1: 94.5/96.0 GB ...
   last op   #4 resize ready, by ana at 08:12
   memory    11:31 after ready: host RAM available fell to 8.2 GB, below the guard's floor ...
-  chart     kimi-01-capacity-20261130-0900.png (720x720): Capacity of kimi-01: ...
+  chart     written to kimi-01.png (720x720): Capacity of kimi-01: ...
   advice    token usage 96-98% over the last 30 min ... -> proposal #7 (resize ratio 4)
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
 
 from bot.chat.replies import (
     FleetProposalReply,
@@ -35,10 +38,24 @@ def _gb(value: float | None) -> str:
     return "?" if value is None else f"{value:,.1f} GB"
 
 
-def _host(view: HostReportView) -> list[str]:
+def _chart_line(view: HostReportView, written: Mapping[str, Path]) -> str:
+    if view.chart is None:
+        return "  chart     none: no samples stored for the chart's window"
+    width, height = view.chart.size_px
+    path = written.get(view.report.host)
+    where = (
+        f"written to {path}"
+        if path is not None
+        else "not written (kimi-ops report --host H --png FILE writes it)"
+    )
+    return f"  chart     {where} ({width}x{height}): {view.chart.alt}"
+
+
+def _host(view: HostReportView, written: Mapping[str, Path], zone: str) -> list[str]:
     report: HostReport = view.report
     if not report.answered:
-        return [f"{report.host}: agent unreachable at {hhmm(report.at)} ({report.problem})"]
+        line = f"{report.host}: agent unreachable at {hhmm(report.at, zone)} ({report.problem})"
+        return [line] if view.chart is None else [line, _chart_line(view, written)]
     revision = "" if report.revision is None else f" (revision {report.revision})"
     gpus = "  ".join(
         f"{g.index}: {'?' if g.used_gb is None else f'{g.used_gb:.1f}'}/"
@@ -46,7 +63,7 @@ def _host(view: HostReportView) -> list[str]:
         for g in report.gpus
     )
     lines = [
-        f"{report.host}: capacity at {hhmm(report.at)}, server {report.server_state}, "
+        f"{report.host}: capacity at {hhmm(report.at, zone)}, server {report.server_state}, "
         f"SGLang {report.version or '?'}, up {uptime_text(report.uptime_s)}",
         f"  hicache   {report.setting or 'unknown'}{revision}",
         f"  host RAM  {_gb(report.ram_total_gb)} total, {_gb(report.ram_available_gb)} "
@@ -59,15 +76,14 @@ def _host(view: HostReportView) -> list[str]:
     last = report.last_operation
     if last is not None:
         lines.append(
-            f"  last op   #{last.id} {last.kind} {last.state}, by {last.actor} at {hhmm(last.at)}"
+            f"  last op   #{last.id} {last.kind} {last.state}, by {last.actor} "
+            f"at {hhmm(last.at, zone)}"
         )
     for notice in report.memory_notices[-3:]:
         lines.append(f"  memory    {hhmm(notice.at)} {notice.message}")
     if report.memory_below_floor:
         lines.append("  memory    the server's headroom is under the guard's floor now")
-    if view.chart is not None:
-        width, height = view.chart.size_px
-        lines.append(f"  chart     {view.chart.filename} ({width}x{height}): {view.chart.alt}")
+    lines.append(_chart_line(view, written))
     if isinstance(view.fleet_proposal, FleetProposalReply):
         fleet = view.fleet_proposal.rollout
         lines.append(
@@ -93,11 +109,16 @@ def _host(view: HostReportView) -> list[str]:
     return lines
 
 
-def report_reply_lines(reply: ReportReplies) -> list[str]:
-    """The lines of a report or a schedule command's answer."""
+def report_reply_lines(
+    reply: ReportReplies, written: Mapping[str, Path] | None = None
+) -> list[str]:
+    """The lines of a report or a schedule command's answer; ``written`` is where a chart was
+    written to a file, by host (a chart not in it is said not written)."""
     if isinstance(reply, ReportReply):
         head = [] if reply.schedule is None else [f"scheduled report #{reply.schedule.id}"]
-        return head + [line for view in reply.hosts for line in _host(view)]
+        return head + [
+            line for view in reply.hosts for line in _host(view, written or {}, reply.timezone)
+        ]
     if isinstance(reply, ReportScheduledReply):
         s = reply.schedule
         return [

@@ -40,7 +40,7 @@ from bot.chat.replies import (
     StatusReply,
     UsageReply,
 )
-from bot.chat.wording import PHASE_LABEL, hhmm
+from bot.chat.wording import PHASE_LABEL, hhmm, history_note, rollback_head, uptime_text
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
 from bot.chat.wording import doing as _doing
@@ -119,7 +119,7 @@ def _status(answer: HostAnswer) -> list[str]:
     return [
         f"{answer.host}{' (default)' if answer.default else ''}: server {status.server_state}"
         f", health {status.health_code or 'none'}, SGLang {status.version or '?'}"
-        f", up {_clock(status.uptime_s or 0)}",
+        f", up {uptime_text(status.uptime_s)}",
         f"  hicache   {status.effective or 'unknown'}",
         f"  KV        device {_count(status.device_tokens)} tokens/rank; host "
         f"{_count(status.host_tokens_per_rank)} tokens, {_num(status.host_gb_per_rank)} GB "
@@ -173,6 +173,8 @@ def _proposal(reply: ProposalReply) -> list[str]:
     plan = reply.plan
     now = f"{reply.current} -> " if reply.current else ""
     head = f"Proposal #{reply.id} for {reply.host}: hicache {now}{plan.setting}"
+    if reply.rollback is not None:
+        head = f"Proposal #{reply.id}: {rollback_head(reply.rollback)}"
     lines = [head, *_plan_lines(plan)]
     if plan.fits:
         lines += [
@@ -212,7 +214,7 @@ def _history(entries: Sequence[HistoryEntry]) -> list[str]:
             f"{entry.id:>4}  {entry.host:<10} {entry.setting:<18} {entry.outcome:<12} "
             f"{entry.proposed_by or '-':<8} {entry.applied_by or '-':<8} "
             f"{_num(entry.planned_gb_per_rank):>12} {_num(entry.logged_gb_per_rank):>7} "
-            f"{startup:>8}" + (f"  ({entry.failure_kind})" if entry.failure_kind else "")
+            f"{startup:>8}{history_note(entry)}"
         )
     return lines
 

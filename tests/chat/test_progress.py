@@ -128,6 +128,16 @@ def test_a_rollback_keeps_its_cause_and_counts_the_second_start_afresh() -> None
     assert phases.count(EventPhase.LOAD_WEIGHTS) == 1
 
 
+def test_the_rollback_cause_names_the_config_not_the_agent_s_revision_number() -> None:
+    """The agent says 'rolling back to revision 3 (ratio 2 x device pool)', 3 being its own
+    number; the view says 'rolling back to ratio 2 x device pool'. Failed before the fix: the
+    agent's number reached Slack and the terminal beside the history's different ones."""
+    view = progress_view(ROLLED, OperationState.ROLLED_BACK)
+    assert view.rollback is not None
+    assert view.rollback.message.endswith("; rolling back to ratio 2 x device pool")
+    assert "revision" not in view.rollback.message
+
+
 def test_mid_rollback_the_view_shows_the_cause_and_the_new_start() -> None:
     """While rolling back, the view already carries the cause; shard counting restarts."""
     upto = next(i for i, e in enumerate(ROLLED) if e.phase is EventPhase.ROLLING_BACK)

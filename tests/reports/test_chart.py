@@ -8,7 +8,14 @@ from datetime import timedelta
 import matplotlib.image
 import pytest
 
-from bot.reports import CHART_PX, ConfigChange, alt_text, chart_window, render_chart
+from bot.reports import (
+    CHART_PX,
+    ConfigChange,
+    alt_text,
+    chart_title,
+    chart_window,
+    render_chart,
+)
 from bot.store import Store
 from tests.reports._fixtures import T0, series
 
@@ -82,3 +89,26 @@ def test_labels_stay_legible_at_slacks_preview_width(width: int) -> None:
     smallest_pt = chart._FONT - 2
     pixels_at_full = smallest_pt * chart._DPI / 72
     assert pixels_at_full * width / CHART_PX[0] >= 6
+
+
+def test_the_title_says_the_span_drawn() -> None:
+    """One title, on the chart and its upload: the span drawn, ten minutes or a day."""
+    assert chart_title("kimi-01", END - timedelta(minutes=10), END) == (
+        "kimi-01: capacity, last 10 min"
+    )
+    assert chart_title("kimi-01", END - timedelta(hours=24), END) == "kimi-01: capacity, last 24 h"
+
+
+def test_a_restart_is_drawn_apart_and_left_out_of_the_config_changes(store: Store) -> None:
+    """A restart's marker differs from a new config's (the PNGs differ) and the alt text counts
+    it as a restart, not as a config change."""
+    samples = _stored(store)
+    start = chart_window(samples, END, 24)
+    at = END - timedelta(hours=1)
+    as_config = render_chart("kimi-01", samples, (ConfigChange(at, "ratio 2"),), start, END)
+    restart = ConfigChange(at, "restart (ratio 2)", restart=True)
+    as_restart = render_chart("kimi-01", samples, (restart,), start, END)
+    assert as_config != as_restart
+    text = alt_text("kimi-01", samples, (ConfigChange(END, "ratio 4"), restart))
+    assert "config changes: ratio 4;" in text
+    assert "1 restart(s) on the same config" in text

@@ -24,7 +24,7 @@ def _config(root: Path, hosts: dict[str, str]) -> Path:
     return path
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bot", "report", *args],
         env={"PATH": "/usr/bin:/bin", TOKEN_ENV: TOKEN},
@@ -32,6 +32,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -72,3 +73,58 @@ def test_png_without_a_host_is_a_usage_error_that_touches_nothing(tmp_path: Path
     assert "--host" in done.stderr
     assert not (tmp_path / "kimi-ops.db").exists()
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.slow
+def test_without_png_the_text_says_the_chart_was_not_written(
+    kimi: RunningAgent, tmp_path: Path
+) -> None:
+    """Exit 0, no file anywhere, and the chart line says it was not written and how to write
+    it. Failed before the fix: it named a .png that nothing wrote."""
+    config = _config(tmp_path, {"kimi-01": kimi.url})
+    done = _run("--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [chart] = [line for line in done.stdout.splitlines() if line.startswith("  chart")]
+    assert "not written (kimi-ops report --host H --png FILE writes it)" in chart
+    assert ".png" not in chart
+    assert list(tmp_path.glob("*.png")) == []
+
+
+@pytest.mark.slow
+def test_png_names_the_file_it_wrote(kimi: RunningAgent, tmp_path: Path) -> None:
+    """With --png the chart line names the path written, and the JSON says where too."""
+    config = _config(tmp_path, {"kimi-01": kimi.url})
+    png = tmp_path / "c.png"
+    text = _run("--config", str(config), "--host", "kimi-01", "--png", str(png))
+    assert text.returncode == 0, text.stderr
+    assert f"  chart     written to {png} (720x720)" in text.stdout
+    as_json = _run("--config", str(config), "--host", "kimi-01", "--png", str(png), "--json")
+    [host] = json.loads(as_json.stdout)
+    assert host["chart"]["written_to"] == str(png)
+
+
+@pytest.mark.slow
+def test_png_in_a_directory_that_does_not_exist_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """No traceback: one line naming the directory, exit 2, no database created. Failed
+    before the fix: a FileNotFoundError traceback after asking every agent."""
+    config = _config(tmp_path, {"kimi-02": f"http://127.0.0.1:{free_port()}"})
+    missing = tmp_path / "nonexistent" / "dir" / "x.png"
+    done = _run("--config", str(config), "--host", "kimi-02", "--png", str(missing))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"kimi-ops report: --png {missing}: the directory {missing.parent} does not exist; "
+        "name a file in an existing directory"
+    ]
+    assert not (tmp_path / "kimi-ops.db").exists()
+
+
+@pytest.mark.slow
+def test_an_unknown_host_is_a_bad_argument_exit_2(tmp_path: Path) -> None:
+    """--host kimi-09 of a config without it: exit 2 (the README's bad arguments) with one line
+    naming the hosts configured. Failed before the fix: exit 1."""
+    config = _config(tmp_path, {"kimi-02": f"http://127.0.0.1:{free_port()}"})
+    done = _run("--config", str(config), "--host", "kimi-09")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"kimi-ops report: --host kimi-09: no such host in {config} (configured: kimi-02)"
+    ]

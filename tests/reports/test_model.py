@@ -34,12 +34,14 @@ sglang:gen_throughput{model_name="kimi"} not-a-number
 """
 
 
-def _operation(op_id: int, state: str, minutes: int, setting: str | None) -> AgentOperation:
+def _operation(
+    op_id: int, state: str, minutes: int, setting: str | None, kind: str = "resize"
+) -> AgentOperation:
     plan = None
     if setting is not None:
         plan = {"request": {"ratio": 4}, "verdict": "fits", "reason": "fits", "ranks": 8,
                 "setting": setting}  # fmt: skip
-    body = {"id": op_id, "kind": "resize", "state": state, "actor": "ana",
+    body = {"id": op_id, "kind": kind, "state": state, "actor": "ana",
             "created_at": (T0 + timedelta(minutes=minutes)).isoformat(),
             "finished_at": (T0 + timedelta(minutes=minutes + 9)).isoformat(),
             "plan": plan, "revision": op_id + 10}  # fmt: skip
@@ -79,6 +81,24 @@ def test_a_report_carries_the_agents_figures_and_the_ready_configs() -> None:
     assert report.last_operation is not None
     assert report.last_operation.id == 3
     assert [g.used_gb for g in report.gpus] == [94.51, 94.49]
+
+
+def test_a_restart_on_the_same_config_is_marked_a_restart_not_a_new_config() -> None:
+    """A ready restart is a change marked ``restart`` and labelled so, a ready rollback says
+    where it returned; a resize stays a config change. Failed before the fix: a restart was
+    labelled and drawn as the config 'ratio 2' again."""
+    status = AgentStatus.from_json(status_json())
+    operations = (
+        _operation(3, "ready", 40, "ratio 2", kind="rollback"),
+        _operation(2, "ready", 20, "ratio 4", kind="restart"),
+        _operation(1, "ready", 0, "ratio 4"),
+    )
+    report = report_from(status, operations, None, "kimi-01", SetClock())
+    assert [(c.label, c.restart) for c in report.changes] == [
+        ("ratio 4", False),
+        ("restart (ratio 4)", True),
+        ("rollback to ratio 2", False),
+    ]
 
 
 def test_the_sample_of_a_report_keeps_bytes_and_fractions() -> None:

@@ -14,6 +14,7 @@ import pytest
 from bot.reports import CHART_PX, load_report_settings
 from bot.store import Store
 from bot.testing import SlackApiStandIn, SlackRequestSigner, SocketModeStandIn
+from bot.testing._methods import BOT_USER_ID
 from tests.chat.conftest import RunningAgent
 from tests.slack._harness import (
     BEN,
@@ -66,6 +67,8 @@ def test_report_posts_the_report_and_uploads_its_chart_in_the_thread(
         wait_until(lambda: bool(top_level(slack)), what="the report message")
         (report,) = top_level(slack)
         assert report.text.startswith("Capacity report at ")
+        # What the report recommends is proposed by the bot's own user (auth.test).
+        assert bot.bot.core.context.reports_proposer == BOT_USER_ID
         # The shared agent may have been resized by an earlier test: any ratio, but one.
         assert re.search(r"kimi-01: ratio \d+ x device pool", report.text), report.text
         assert f"{DEVICE_TOKENS:,}" in text_of(report)

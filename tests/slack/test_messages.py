@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from bot.chat.audit import Watch
+from bot.chat.audit import RollbackTarget, Watch
 from bot.chat.progress import Cause, ProgressView
 from bot.chat.replies import ReportReply, ReportScheduledReply, ReportSchedulesReply
+from bot.hicache import HiCacheSetting
 from bot.slack import messages, report_messages
 from bot.slack._blocks import SlackMessage
 from bot.vocab import FailureKind, OperationState
@@ -21,6 +23,7 @@ from tests.slack._samples import (
     daily_in_paris,
     golden_path,
     history_entries,
+    proposal_reply,
     render,
     report_reply,
 )
@@ -144,3 +147,36 @@ def test_schedules_name_the_zone_their_daily_time_is_read_in() -> None:
         text = json.dumps(shown.to_json())
         assert "2026-12-01 09:30 Europe/Paris" in text
         assert "UTC" not in text
+
+
+def test_a_name_that_is_no_slack_id_is_never_a_mention() -> None:
+    """A proposal by the reports' own name reads 'asked by kimi-ops-reports', not the
+    '<@kimi-ops-reports>' Slack shows as an unknown user; a real id is still a mention.
+    Failed before the fix: every proposer was wrapped in <@...>."""
+    by_name = json.dumps(
+        messages.proposal(replace(proposal_reply(), proposed_by="kimi-ops-reports")).to_json()
+    )
+    assert "asked by kimi-ops-reports" in by_name
+    assert "<@kimi-ops-reports>" not in by_name
+    by_id = json.dumps(messages.proposal(replace(proposal_reply(), proposed_by="U0BOT")).to_json())
+    assert "asked by <@U0BOT>" in by_id
+
+
+def test_a_rollback_proposal_says_what_it_returns_to_and_asks_for_apply() -> None:
+    """The rollback is a proposal like a resize: its head names the history's revision, its
+    setting and who applied it; Apply and Cancel carry its id. Failed before the fix: a
+    rollback started at once, saying only 'Roll back kimi-01'."""
+    target = RollbackTarget(
+        revision=7, host="kimi-01", agent_revision=3,
+        setting=HiCacheSetting(enabled=True, ratio=4.0), applied_by="U0ANA",
+        applied_at=datetime(2026, 12, 1, 14, 2, tzinfo=UTC),
+    )  # fmt: skip
+    made = messages.proposal(replace(proposal_reply(), rollback=target))
+    head = made.blocks[0]["text"]["text"]
+    assert head == (
+        "*Proposal #12*: Roll back kimi-01 to revision 7: ratio 4 x device pool (applied by "
+        "U0ANA on 2026-12-01 14:02 UTC)  (asked by <@U0BEN>)"
+    )
+    (buttons,) = [b for b in made.blocks if b["type"] == "actions"]
+    assert [e["value"] for e in buttons["elements"]] == ["12", "12"]
+    assert made.text.startswith("Proposal #12: Roll back kimi-01 to revision 7")

@@ -11,7 +11,7 @@ host-memory ValueError) with no earlier config to return to (failed); resize to 
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -22,13 +22,23 @@ from bot.agent.service import make_control
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
 from bot.planner import StartSample, Verdict
-from bot.store import RevisionOutcome, Store, record_agent_operation, record_agent_plan
+from bot.store import (
+    RevisionKind,
+    RevisionOutcome,
+    RolloutReplicaRecord,
+    Store,
+    record_agent_operation,
+    record_agent_plan,
+    record_agent_proposal,
+)
 from bot.vocab import (
     FINAL_OPERATION_STATES,
     EventPhase,
     FailureKind,
     OperationKind,
     OperationState,
+    ReplicaPhase,
+    RolloutState,
 )
 from tests.agent._api_helpers import SMALL, TOKEN, TOKEN_ENV, auth, run_agent, write_config
 from tests.store.conftest import table_counts
@@ -348,3 +358,48 @@ def test_an_operation_whose_revision_the_answer_lacks_is_refused(
     with pytest.raises(AgentError, match="do not include revision"):
         record_agent_operation(store, HOST, answers["ready"], {"revisions": []})
     assert table_counts(store) == before
+
+
+def test_a_fleet_replicas_change_reported_by_its_agent_is_one_row_with_its_proposer(
+    store: Store, answers: dict[str, Any]
+) -> None:
+    """A replica's change proposed by U0BEN, applied by U0ANA through a rollout whose line holds
+    the agent's operation, recorded ready by the rollout, then the agent's report of it read
+    (as history imports it): one row, U0BEN's and U0ANA's, with the figures the start logged.
+    Failed before the fix: a second row 'U0ANA U0ANA' took the logged figures, the proposal's
+    row kept '?'."""
+    page = answers["ready"]
+    op = page["operation"]
+    proposal = record_agent_proposal(
+        store, HOST, answers["plan_12"], proposed_by="U0BEN", channel="C0OPS",
+        expires_at=datetime.fromisoformat(op["created_at"]) + timedelta(hours=1),
+        at=datetime.fromisoformat(op["created_at"]) - timedelta(minutes=1),
+    )  # fmt: skip
+    store.record_apply(proposal.revision_id, "U0ANA")
+    line = RolloutReplicaRecord(
+        host=HOST, url="http://10.0.0.11:30000", phase=ReplicaPhase.DONE,
+        proposal_id=proposal.id, operation_id=op["id"], revision=op["revision"],
+    )  # fmt: skip
+    store.record_rollout(
+        "prod", OperationKind.RESIZE, "hicache size 12", [line], proposed_by="U0BEN",
+        state=RolloutState.DONE,
+    )  # fmt: skip
+    store.record_outcome(proposal.revision_id, RevisionOutcome.READY)
+    record_agent_operation(store, HOST, page, answers["revisions_after_ready"])
+    rows = [r for r in store.history(HOST, 50) if r.agent_revision_id == op["revision"]]
+    assert [r.id for r in rows] == [proposal.revision_id]
+    (row,) = rows
+    assert (row.proposed_by, row.applied_by) == ("U0BEN", "U0ANA")
+    assert row.host_gb_per_rank == page["events"][-1]["data"]["host_gb_per_rank"] == 12.0
+    assert row.outcome is RevisionOutcome.READY
+
+
+def test_a_restart_is_recorded_as_a_restart_not_a_config_change(
+    store: Store, answers: dict[str, Any]
+) -> None:
+    """The agent's restart operation makes a revision of kind 'restart'; a resize a change.
+    Failed before the fix: every revision read as a config change."""
+    page = answers["ready"]
+    as_restart = {**page, "operation": {**page["operation"], "kind": "restart"}}
+    restart = record_agent_operation(store, HOST, as_restart, answers["revisions_after_ready"])
+    assert store.revision(restart.revision_id or 0).kind is RevisionKind.RESTART

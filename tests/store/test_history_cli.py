@@ -24,6 +24,7 @@ HEADER = [
     "plan_per_rank_tokens", "plan_verdict", "plan_reason", "plan", "startup_seconds",
     "device_tokens", "host_gb_per_rank", "host_tokens_per_rank", "failure_kind",
     "failure_lines", "rollback_of", "returned_to", "agent_revision_id", "agent_returned_to",
+    "kind",
 ]  # fmt: skip
 
 

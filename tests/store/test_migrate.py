@@ -21,6 +21,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, insert, inspect, select, text
+from sqlalchemy.exc import DatabaseError
 
 from bot.db import make_engine
 from bot.errors import InputError, MigrationError
@@ -137,6 +138,16 @@ SEED_ROWS["0005_fleet_rollouts"] = {
 
 # 0006 adds an index and no table or column: the rows are 0005's.
 SEED_ROWS["0006_revisions_by_time"] = SEED_ROWS["0005_fleet_rollouts"]
+
+# 0007 gives every revision its kind and links a fleet proposal's revisions.
+SEED_ROWS["0007_audit_kinds"] = {
+    **SEED_ROWS["0006_revisions_by_time"],
+    "revisions": [
+        {**SEED_ROWS["0006_revisions_by_time"]["revisions"][0], "kind": "change"},
+        {**SEED_ROWS["0006_revisions_by_time"]["revisions"][1], "kind": "rollback"},
+    ],
+    "proposal_replicas": [{"id": 1, "proposal_id": 1, "host": "kimi-01", "revision_id": 1}],
+}
 
 # Columns a migration converts on purpose: (table, column) -> how a value from before it reads.
 CONVERTED: dict[str, dict[tuple[str, str], Callable[[Any], Any]]] = {
@@ -269,6 +280,50 @@ def test_0006_adds_the_time_index_and_downgrading_drops_only_it(db_url: str) -> 
     assert at_0005 == {k: v for k, v in at_0006.items() if k != "ix_revisions_proposed_at_id"}
     assert revisions == len(SEED_ROWS["0005_fleet_rollouts"]["revisions"])
     assert again == at_0006
+
+
+def test_0007_marks_rollbacks_allows_unchanged_and_downgrades_it_to_expired(db_url: str) -> None:
+    """0006 to 0007: the revision with rollback_of becomes kind 'rollback', the other 'change';
+    'unchanged' and the fleet link can then be written; down to 0006 'unchanged' reads
+    'expired' (the nearest 0006 knows) and the link table is gone."""
+    assert_upgrade_keeps_rows(db_url, "0006_revisions_by_time", "0007_audit_kinds")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            kinds = conn.execute(text("SELECT kind FROM revisions ORDER BY id")).scalars().all()
+            conn.execute(text("UPDATE revisions SET outcome = 'unchanged' WHERE id = 2"))
+        assert downgrade(engine, "0006_revisions_by_time") == "0006_revisions_by_time"
+        with engine.connect() as conn:
+            outcome = conn.execute(text("SELECT outcome FROM revisions WHERE id = 2")).scalar()
+        tables = set(inspect(engine).get_table_names())
+        columns = {c["name"] for c in inspect(engine).get_columns("revisions")}
+    finally:
+        engine.dispose()
+    assert kinds == ["change", "rollback"]
+    assert outcome == "expired"
+    assert "proposal_replicas" not in tables
+    assert "kind" not in columns
+
+
+def test_0007_refuses_a_kind_it_does_not_know(db_url: str) -> None:
+    """The kind is checked by the database too, under the constraint's own name: 'resize' is
+    not one of its three."""
+    upgrade_to_head(db_url)
+    engine = make_engine(db_url)
+    try:
+        with pytest.raises(DatabaseError, match="kind"), engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO revisions (host, hicache_enabled, command_line, plan, "
+                    "plan_verdict, plan_reason, proposed_at, outcome, failure_lines, kind) "
+                    "VALUES ('h', false, '[]', '{}', 'fits', '', :at, 'proposed', '[]', 'resize')"
+                ),
+                {"at": T0},
+            )
+        names = {c["name"] for c in inspect(engine).get_check_constraints("revisions")}
+    finally:
+        engine.dispose()
+    assert {"ck_revisions_kind", "ck_revisions_outcome"} <= names
 
 
 def test_an_operation_id_that_is_not_a_number_stops_0002_and_changes_nothing(

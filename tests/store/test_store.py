@@ -16,7 +16,9 @@ from bot.hicache import HiCacheSetting
 from bot.planner import StartSample, Verdict
 from bot.store import (
     CapacitySample,
+    FleetReplicaProposal,
     PlanSummary,
+    RevisionKind,
     RevisionOutcome,
     Store,
     StoredEvent,
@@ -468,3 +470,111 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
     counts, revision = table_counts(store), store.revision(revision_id)
     counts["operations"] = before[0]["operations"]
     assert (counts, revision) == before
+
+
+def test_a_later_record_of_the_same_outcome_adds_only_the_figures_it_lacked(
+    store: Store,
+) -> None:
+    """Recorded ready without figures (a fleet's replica end), then ready with the logged ones
+    (its agent's report): the figures are added, the time and who stay the first record's."""
+    revision_id = _propose(store)
+    store.record_apply(revision_id, "U0ANA")
+    first = store.record_outcome(revision_id, "ready", at=datetime(2030, 1, 1, tzinfo=UTC))
+    later = store.record_outcome(
+        revision_id, "ready", at=datetime(2030, 1, 2, tzinfo=UTC), host_gb_per_rank=44.77,
+        startup_seconds=568.0,
+    )  # fmt: skip
+    assert (later.host_gb_per_rank, later.startup_seconds) == (44.77, 568.0)
+    assert (later.finished_at, later.applied_by) == (first.finished_at, "U0ANA")
+    again = store.record_outcome(revision_id, "ready", host_gb_per_rank=1.0)
+    assert again.host_gb_per_rank == 44.77
+
+
+def test_a_replica_the_rollout_left_as_it_was_is_unchanged_not_applied(store: Store) -> None:
+    """'unchanged' ends a proposed or applied replica's revision (nothing ran); it is final."""
+    proposed, applied = _propose(store), _propose(store, "kimi-02")
+    store.record_apply(applied, "U0ANA")
+    for revision_id in (proposed, applied):
+        done = store.record_outcome(revision_id, RevisionOutcome.UNCHANGED)
+        assert done.outcome is RevisionOutcome.UNCHANGED
+        assert done.finished_at is not None
+    with pytest.raises(InputError, match="'unchanged'; it cannot become 'ready'"):
+        store.record_outcome(proposed, "ready")
+
+
+def test_a_revision_records_whether_it_is_a_change_a_restart_or_a_rollback(
+    store: Store,
+) -> None:
+    """record_revision takes the kind (a change unless told); a rollback proposal is a
+    rollback; an unknown kind is refused and writes nothing."""
+    change = store.record_revision("kimi-01", RATIO_4, PLAN_48, proposed_by="U0BEN")
+    restart = store.record_revision(
+        "kimi-01", RATIO_4, PLAN_48, proposed_by="U0BEN", kind=RevisionKind.RESTART
+    )
+    ready = _ready(store)
+    back = store.record_proposal(
+        "kimi-01", SIZE_48, PLAN_48, proposed_by="U0BEN", channel="C0OPS",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC), fingerprint="f", requested={},
+        returned_to=ready,
+    )  # fmt: skip
+    assert (change.kind, restart.kind) == (RevisionKind.CHANGE, RevisionKind.RESTART)
+    assert store.revision(back.revision_id).kind is RevisionKind.ROLLBACK
+    before = table_counts(store)
+    with pytest.raises(InputError, match="kind"):
+        store.record_revision("kimi-01", RATIO_4, PLAN_48, proposed_by="U0BEN", kind="resize")
+    assert table_counts(store) == before
+
+
+def _replica(host: str, verdict: Verdict = Verdict.FITS) -> FleetReplicaProposal:
+    plan = PlanSummary(PER_RANK_GB, PER_RANK_GB * RANKS, HOST_TOKENS, verdict, "why")
+    return FleetReplicaProposal(host, RATIO_4, plan, f"fp-{host}", {"ratio": 4})
+
+
+def test_a_fleet_proposal_takes_one_id_for_every_replica(store: Store) -> None:
+    """Three replicas, one proposal id: each replica has its own revision (refused where its
+    plan was), linked to the proposal in order; the proposal's revision is the first one's.
+    A single-host proposal has no replicas. Before, a fleet took one proposal id per replica."""
+    made = store.record_fleet_proposal(
+        "prod",
+        [_replica("kimi-01"), _replica("kimi-02", Verdict.REFUSED), _replica("kimi-03")],
+        proposed_by="U0BEN",
+        channel="C0OPS",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+    )
+    single = store.record_proposal(
+        "kimi-04", RATIO_4, PLAN_48, proposed_by="U0BEN", channel="C0OPS",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC), fingerprint="f", requested={},
+    )  # fmt: skip
+    assert single.id == made.proposal.id + 1
+    assert list(made.revisions) == ["kimi-01", "kimi-02", "kimi-03"]
+    assert made.proposal.revision_id == made.revisions["kimi-01"]
+    assert made.proposal.requested == {"fleet": "prod", "ratio": 4}
+    linked = store.fleet_proposal_revisions(made.proposal.id)
+    assert {host: r.id for host, r in linked.items()} == dict(made.revisions)
+    assert [r.outcome for r in linked.values()] == [
+        RevisionOutcome.PROPOSED,
+        RevisionOutcome.REFUSED,
+        RevisionOutcome.PROPOSED,
+    ]
+    assert all(r.proposed_by == "U0BEN" for r in linked.values())
+    assert store.fleet_proposal_revisions(single.id) == {}
+
+
+def test_a_bad_fleet_proposal_is_refused_and_writes_nothing(store: Store) -> None:
+    """No replica, a host twice, or an expiry in the past: refused, nothing written."""
+    before = table_counts(store)
+    expires = datetime(2030, 1, 1, tzinfo=UTC)
+    for replicas, why in (
+        ([], "no replica"),
+        ([_replica("kimi-01"), _replica("kimi-01")], "names a host twice"),
+    ):
+        with pytest.raises(InputError, match=why):
+            store.record_fleet_proposal(
+                "prod", replicas, proposed_by="U0BEN", channel="C0OPS", expires_at=expires
+            )
+    with pytest.raises(InputError, match="is not after the proposal time"):
+        store.record_fleet_proposal(
+            "prod", [_replica("kimi-01")], proposed_by="U0BEN", channel="C0OPS",
+            expires_at=datetime(2020, 1, 1, tzinfo=UTC),
+        )  # fmt: skip
+    assert table_counts(store) == before

@@ -22,7 +22,9 @@ LIVE = HostReport(
 def test_a_live_host_shows_each_figure_once_with_its_unit() -> None:
     """Time once with its zone, the setting and revision, RAM, tokens, load, GPUs, no advice."""
     lines = report_reply_lines(ReportReply((HostReportView(LIVE),)))
-    assert lines[0] == ("kimi-01: capacity at 06:00 UTC, server running, SGLang 0.5.9, up 1:02:05")
+    assert lines[0] == (
+        "kimi-01: capacity at 06:00 UTC, server running, SGLang 0.5.9, up 1 h 02 min"
+    )
     assert "ratio 2 x device pool (revision 3)" in lines[1]
     assert "449.0 GB total, 237.9 GB available, 179.1 GB held by HiCache" in lines[2]
     assert "device 159,274 tokens; host 318,549 tokens/rank" in lines[3]
@@ -37,6 +39,17 @@ def test_a_silent_host_is_one_line_with_its_problem() -> None:
     assert report_reply_lines(ReportReply((HostReportView(silent),))) == [
         "kimi-02: agent unreachable at 06:00 UTC (connection refused)"
     ]
+
+
+def test_a_report_s_times_are_in_the_configured_zone() -> None:
+    """With [reports] timezone Europe/Paris, 06:00 UTC reads 07:00 Europe/Paris (CET, UTC+1 in
+    November), for a live host and a silent one. Failed before the fix: UTC whatever the zone."""
+    silent = HostReport(host="kimi-02", at=T0, problem="connection refused")
+    reply = ReportReply((HostReportView(LIVE), HostReportView(silent)), timezone="Europe/Paris")
+    lines = report_reply_lines(reply)
+    assert lines[0].startswith("kimi-01: capacity at 07:00 Europe/Paris, server running")
+    assert "kimi-02: agent unreachable at 07:00 Europe/Paris (connection refused)" in lines
+    assert not [line for line in lines if "UTC" in line]
 
 
 def test_schedules_are_listed_with_cadence_zone_and_next_run() -> None:

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.agent_json import AgentEvent, AgentPlan, AgentStatus
-from bot.chat.audit import Watch
+from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import progress_view
 from bot.chat.replies import (
+    HistoryReply,
     HostAnswer,
     ProblemReply,
     ProposalReply,
@@ -135,3 +136,25 @@ def test_a_memory_notice_is_one_line_with_its_time_operation_and_figures() -> No
         "(7.8 GB short); the server keeps running, nothing was restarted, and the OOM killer "
         "may end it if memory keeps growing"
     ]
+
+
+def test_history_marks_restarts_and_rollbacks_apart_from_config_changes() -> None:
+    """A restart row says 'restart', a rollback row 'rollback to #N'; a change says nothing
+    more. Failed before the fix: the three rows read alike, as three config changes."""
+    at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+    def entry(rev: int, kind: str, returned_to: int | None = None) -> HistoryEntry:
+        return HistoryEntry(
+            id=rev, host="kimi-01", setting="ratio 4", proposed_by="ben", applied_by="ana",
+            proposed_at=at, outcome="ready", planned_gb_per_rank=44.77, logged_gb_per_rank=44.77,
+            startup_s=568.0, device_tokens=None, failure_kind=None, kind=kind,
+            returned_to=returned_to,
+        )  # fmt: skip
+
+    reply = HistoryReply(
+        "kimi-01", (entry(9, "rollback", 7), entry(8, "restart"), entry(7, "change"))
+    )
+    _head, back, restart, change = reply_lines(reply)
+    assert back.endswith("568 s  (rollback to #7)")
+    assert restart.endswith("568 s  (restart)")
+    assert change.endswith("568 s")

@@ -3,8 +3,10 @@
 
 The figures are stored as a sample and the chart is drawn from the samples the store holds (the
 bot's sampling job fills it); a recommendation is recorded as a proposal, as in chat, so
-``kimi-ops chat apply N`` applies it. Exit 0 when every host answered, 1 when one did not, 2 for
-bad arguments.
+``kimi-ops chat apply N`` applies it. ``--png FILE`` writes the host's chart there; without it no
+file is written and the text says so. Exit 0 when every host answered, 1 when one did not (or the
+chart could not be written), 2 for bad arguments (an unknown host, ``--png`` in a directory that
+does not exist), each error one line.
 """
 
 from __future__ import annotations
@@ -54,13 +56,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _view_json(view: HostReportView) -> dict[str, Any]:
+def _view_json(view: HostReportView, written: Mapping[str, Path]) -> dict[str, Any]:
     body: dict[str, Any] = _plain(dataclasses.asdict(view.report))
     body["answered"] = view.report.answered
+    path = written.get(view.report.host)
     body["chart"] = (
         None
         if view.chart is None
-        else {"filename": view.chart.filename, "alt": view.chart.alt, "size_px": view.chart.size_px}
+        else {
+            "filename": view.chart.filename,
+            "written_to": None if path is None else str(path),
+            "alt": view.chart.alt,
+            "size_px": view.chart.size_px,
+        }
     )
     body["recommendation"] = (
         None
@@ -75,18 +83,31 @@ def _view_json(view: HostReportView) -> dict[str, Any]:
     return body
 
 
-def report_json(reply: ReportReply) -> list[dict[str, Any]]:
-    """One object per host: the report's figures, its chart's name and alt text, the advice."""
-    return [_view_json(view) for view in reply.hosts]
+def report_json(
+    reply: ReportReply, written: Mapping[str, Path] | None = None
+) -> list[dict[str, Any]]:
+    """One object per host: the report's figures, its chart's name, where it was written (None:
+    nowhere) and alt text, the advice."""
+    return [_view_json(view, written or {}) for view in reply.hosts]
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
     if args.png is not None and args.host is None:
         raise InputError("--png writes one host's chart: name the host with --host H")
+    if args.png is not None and not args.png.parent.is_dir():
+        raise InputError(
+            f"--png {args.png}: the directory {args.png.parent} does not exist; "
+            "name a file in an existing directory"
+        )
     path = find_config_path(args.config, env)
     config = load_config(path)
     settings = load_chat_settings(config, path)
+    if args.host is not None and args.host not in settings.host_names:
+        raise InputError(
+            f"--host {args.host}: no such host in {path} "
+            f"(configured: {', '.join(settings.host_names)})"
+        )
     report_settings = load_report_settings(config)
     store_settings = StoreSettings.from_config(config, env)
     url = store_settings.engine_url()
@@ -102,14 +123,27 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     if isinstance(reply, ProblemReply):  # pragma: no cover - the reporter is attached above
         print(f"error: {reply.text}", file=sys.stderr)
         return 1
+    written: dict[str, Path] = {}
+    failed = False
     if args.png is not None:
-        chart = reply.hosts[0].chart
-        if chart is None:
-            print(f"kimi-ops report: no chart: {reply.hosts[0].report.problem}", file=sys.stderr)
+        view = reply.hosts[0]
+        if view.chart is None:
+            print(
+                f"kimi-ops report: no chart of {view.report.host}: no samples stored",
+                file=sys.stderr,
+            )
+            failed = True
         else:
-            args.png.write_bytes(chart.png)
+            try:
+                args.png.write_bytes(view.chart.png)
+            except OSError as exc:
+                print(f"kimi-ops report: cannot write {args.png}: {exc.strerror}", file=sys.stderr)
+                failed = True
+            else:
+                written[view.report.host] = args.png
     if args.json:
-        print(json.dumps(report_json(reply), indent=2))
+        print(json.dumps(report_json(reply, written), indent=2))
     else:
-        print("\n".join(report_reply_lines(reply)))
-    return 0 if all(view.report.answered for view in reply.hosts) else 1
+        print("\n".join(report_reply_lines(reply, written)))
+    answered = all(view.report.answered for view in reply.hosts)
+    return 0 if answered and not failed else 1

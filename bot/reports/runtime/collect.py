@@ -28,7 +28,7 @@ from bot.reports import (
     LastOperation,
     ServerMetrics,
 )
-from bot.vocab import OperationState
+from bot.vocab import OperationKind, OperationState
 
 __all__ = ["MetricsSource", "ServerMetricsSource", "collect_reports", "report_from"]
 
@@ -74,9 +74,12 @@ class ServerMetricsSource:
 
 
 def _label(operation: AgentOperation) -> str:
-    if operation.plan is not None and operation.plan.setting:
-        return operation.plan.setting
-    return str(operation.kind)
+    setting = operation.plan.setting if operation.plan is not None else ""
+    if operation.kind is OperationKind.RESTART:
+        return f"restart ({setting})" if setting else "restart"
+    if operation.kind is OperationKind.ROLLBACK:
+        return f"rollback to {setting}" if setting else "rollback"
+    return setting or str(operation.kind)
 
 
 def _changes(operations: Sequence[AgentOperation]) -> tuple[ConfigChange, ...]:
@@ -84,7 +87,7 @@ def _changes(operations: Sequence[AgentOperation]) -> tuple[ConfigChange, ...]:
         op for op in operations if op.state is OperationState.READY and op.finished_at is not None
     ]
     return tuple(
-        ConfigChange(at=op.finished_at, label=_label(op))
+        ConfigChange(at=op.finished_at, label=_label(op), restart=op.kind is OperationKind.RESTART)
         for op in sorted(ready, key=lambda op: op.id)
         if op.finished_at is not None
     )

@@ -5,6 +5,7 @@ stored samples, planner-checked advice, and the schedules in the store.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from bot.reports import (
     HostReport,
     ReportSettings,
     alt_text,
+    chart_title,
     chart_window,
     render_chart,
     sample_of,
@@ -62,10 +64,21 @@ class ReportDesk:
 
     def gather(self, hosts: tuple[str, ...]) -> tuple[HostReport, ...]:
         """Every host's report now; what each answering host said is also stored as a sample."""
-        reports = collect_reports(hosts, self._clients, self._source, self._clock)
+        reports = tuple(
+            self._audit_numbered(report)
+            for report in collect_reports(hosts, self._clients, self._source, self._clock)
+        )
         samples = [sample for sample in map(sample_of, reports) if sample is not None]
         self._store.add_capacity_samples(samples)
         return reports
+
+    def _audit_numbered(self, report: HostReport) -> HostReport:
+        """The report with its revision as ``history`` numbers it: the agents count their own
+        revisions, each from 1, so the agent's number means nothing beside the history."""
+        if report.revision is None:
+            return report
+        found = self._store.revision_by_agent_id(report.host, report.revision)
+        return dataclasses.replace(report, revision=None if found is None else found.id)
 
     def forget_old_samples(self) -> int:
         """Delete the samples older than ``[reports] keep_days``; how many went."""
@@ -79,24 +92,24 @@ class ReportDesk:
         return self._store.capacity_samples(host, since, now + timedelta(microseconds=1))
 
     def review(self, reports: Sequence[HostReport]) -> tuple[HostReview, ...]:
-        """Each host's chart and advice, from one read of every answering host's samples."""
-        answered = [report for report in reports if report.answered]
-        if not answered:
-            return tuple(HostReview() for _ in reports)
+        """Each host's chart and advice, from one read of every host's samples: a host that
+        did not answer still has the chart of what was stored before (advice needs it live)."""
+        if not reports:
+            return ()
         window = timedelta(hours=self._settings.window_hours)
         found = self._store.capacity_samples_of(
-            sorted({report.host for report in answered}),
-            min(report.at for report in answered) - window,
-            max(report.at for report in answered) + timedelta(microseconds=1),
+            sorted({report.host for report in reports}),
+            min(report.at for report in reports) - window,
+            max(report.at for report in reports) + timedelta(microseconds=1),
         )
         reviews = []
         for report in reports:
-            if not report.answered:
-                reviews.append(HostReview())
-                continue
             since = report.at - window  # the chart's window ends at the report, as samples() reads
             own = [s for s in found[report.host] if since <= s.at <= report.at]
-            reviews.append(self._review(report, own))
+            if report.answered:
+                reviews.append(self._review(report, own))
+            else:
+                reviews.append(HostReview(chart=self._chart(report, own) if own else None))
         return tuple(reviews)
 
     def _review(self, report: HostReport, samples: list[CapacitySample]) -> HostReview:
@@ -107,20 +120,23 @@ class ReportDesk:
         )
 
     def chart(self, report: HostReport) -> ChartImage | None:
-        """The host's chart alone (for a front end or a bench that wants no advice)."""
-        if not report.answered:
-            return None
-        return self._chart(report, self.samples(report.host, report.at))
+        """The host's chart alone (for a front end or a bench that wants no advice); None for a
+        host that did not answer and has no sample of the window stored."""
+        samples = self.samples(report.host, report.at)
+        return self._chart(report, samples) if samples or report.answered else None
 
     def _chart(self, report: HostReport, samples: list[CapacitySample]) -> ChartImage:
-        start = chart_window(samples, report.at, self._settings.window_hours)
-        changes = tuple(c for c in report.changes if start <= c.at <= report.at)
+        # Drawn in the configured zone, as the schedules read theirs.
+        end = report.at.astimezone(self._settings.zone)
+        start = chart_window(samples, end, self._settings.window_hours)
+        changes = tuple(c for c in report.changes if start <= c.at <= end)
         return ChartImage(
             host=report.host,
-            draw=functools.partial(render_chart, report.host, samples, changes, start, report.at),
-            filename=f"{report.host}-capacity-{report.at:%Y%m%d-%H%M}.png",
+            draw=functools.partial(render_chart, report.host, samples, changes, start, end),
+            filename=f"{report.host}-capacity-{end:%Y%m%d-%H%M}.png",
             alt=alt_text(report.host, samples, changes),
             size_px=CHART_PX,
+            title=chart_title(report.host, start, end),
         )
 
     def _changed(self) -> None:
@@ -132,8 +148,6 @@ class ReportDesk:
     ) -> ReportSchedule:
         now = self._clock.now()
         with self._schedule_lock:
-            for old in self._store.schedules(channel=channel):
-                self._store.delete_schedule(old.id)
             made = self._store.add_schedule(
                 channel,
                 cadence.text,
@@ -145,10 +159,15 @@ class ReportDesk:
         self._changed()
         return made
 
-    def unschedule(self, channel: str) -> tuple[ReportSchedule, ...]:
+    def unschedule(
+        self, channel: str, schedule_id: int | None = None
+    ) -> tuple[ReportSchedule, ...]:
         with self._schedule_lock:
-            stopped = tuple(self._store.schedules(channel=channel, enabled_only=True))
-            for old in self._store.schedules(channel=channel):
+            found = self._store.schedules(channel=channel)
+            if schedule_id is not None:
+                found = [old for old in found if old.id == schedule_id]
+            stopped = tuple(old for old in found if old.enabled)
+            for old in found:
                 self._store.delete_schedule(old.id)
         self._changed()
         return stopped
