@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.agent.config import AgentSettings
+from bot.agent.control.docker import ContainerMemoryProbe, DockerControl
 from bot.agent.control.process import ProcessControl
 from bot.agent.control.protocol import ServerControl
 from bot.agent.control.systemd import SystemdControl
@@ -41,13 +42,17 @@ __all__ = ["AgentService", "build_service", "make_control", "make_probe"]
 def make_control(
     settings: AgentSettings, clock: Clock | None = None, write_hook: WriteHook = NO_WRITE_HOOK
 ) -> ServerControl:
-    """The backend ``[agent] backend`` names: "process" or "systemd"."""
+    """The backend ``[agent] backend`` names: "process", "systemd" or "docker"."""
     used_clock = clock if clock is not None else SystemClock()
     if settings.backend == "process":
         return ProcessControl.from_settings(settings, used_clock, write_hook)
     if settings.backend == "systemd":
         return SystemdControl.from_settings(settings, used_clock, write_hook)
-    raise ConfigError(f"[agent] backend is {settings.backend!r}; expected one of: process, systemd")
+    if settings.backend == "docker":
+        return DockerControl.from_settings(settings, used_clock, write_hook)
+    raise ConfigError(
+        f"[agent] backend is {settings.backend!r}; expected one of: process, systemd, docker"
+    )
 
 
 def make_probe(settings: AgentSettings, clock: Clock | None = None) -> HostProbe:
@@ -175,6 +180,9 @@ def build_service(
     used_control = (
         control if control is not None else make_control(settings, used_clock, write_hook)
     )
+    if isinstance(used_control, DockerControl):
+        # The container's memory limit, not the agent's own cgroup, bounds the server.
+        used_probe = ContainerMemoryProbe(used_probe, used_control)
     used_sglang = sglang if sglang is not None else SGLangClient(settings.server_url)
     used_state = state if state is not None else AgentState(settings.state_dir, write_hook)
     facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)

@@ -1,0 +1,138 @@
+"""The Docker backend against a real Docker daemon: ``kimi-ops agent`` as a subprocess drives a
+container running the simulator (``python -m bot.sim``, small-2gpu) over its real HTTP API.
+
+The container is made as a person would make it (``docker run`` through the SDK) with settings
+of every kind the backend must keep; the agent is given its name. ``make test-docker`` runs
+these (marker ``docker``); see ``tests/docker/conftest.py`` for the daemon and the image.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from bot.agent.config import load_agent_settings
+from bot.agent.control.docker import LABEL_OPERATION, LABEL_REPLACES
+from bot.agent.sglang_client import SGLangClient
+from tests.agent._api_helpers import TOKEN, TOKEN_ENV, agent_env, auth, run_agent
+from tests.agent.conftest import wait_until
+from tests.docker.conftest import MEMORY_LIMIT, Scene
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+HICACHE_FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "--hicache-size")
+# Every HostConfig field the backend must carry to the new container, by name.
+KEPT_HOST_CONFIG = (
+    "Binds",
+    "Mounts",
+    "NetworkMode",
+    "PidMode",
+    "PortBindings",
+    "IpcMode",
+    "ShmSize",
+    "Memory",
+    "DeviceRequests",
+    "Ulimits",
+    "RestartPolicy",
+)
+KEPT_CONFIG = ("Env", "User", "WorkingDir", "Entrypoint", "StopSignal")
+
+
+def _follow(http: httpx.Client, op_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Long-poll until the operation ends (bounded), collecting every event once."""
+    events: list[dict[str, Any]] = []
+    after = 0
+    for _ in range(60):
+        body = http.get(f"/v1/operations/{op_id}", params={"after": after, "wait": 10}).json()
+        events += body["events"]
+        after = body["last_seq"]
+        if body["state"] in ("ready", "failed", "rolled_back"):
+            return body, events
+    pytest.fail(f"operation {op_id} did not end")
+
+
+def _without_hicache(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token in HICACHE_FLAGS[1:]:
+            skip = True
+            continue
+        if token != HICACHE_FLAGS[0]:
+            out.append(token)
+    return out
+
+
+def _start_server(scene: Scene, env: dict[str, str] | None = None) -> str:
+    settings = load_agent_settings(scene.config, {TOKEN_ENV: TOKEN})
+    container_id = scene.create(list(settings.command), env)
+    client = SGLangClient(settings.server_url)
+    try:
+        wait_until(lambda: client.health() == 200, timeout_s=60)
+    finally:
+        client.close()
+    return container_id
+
+
+def test_a_resize_replaces_the_container_keeping_every_setting(scene: Scene) -> None:
+    """A resize to ratio 3 ends ready in a new container NAME started with only the HiCache
+    flags changed, every other setting (image, whole HostConfig, env, user, working dir, labels
+    plus kimi-ops' own) equal to the old one's, which is kept stopped as NAME.previous; status
+    shows the new pid, ratio 3 and the container's memory limit as the server's domain."""
+    old_id = _start_server(scene)
+    old = scene.api.inspect_container(old_id)
+    args = ["--config", str(scene.config)]
+    state_dir = scene.tmp / "agent-state"
+    with (
+        run_agent(scene.tmp, args, agent_env(), state_dir) as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        before = http.get("/v1/status").json()
+        assert before["server"]["state"] == "running", before
+        assert before["server"]["pid"] == old["State"]["Pid"]
+        assert before["host"]["backend"] == "docker"
+        proposal = http.post("/v1/plans", json={"ratio": 3}).json()
+        assert proposal["plan"]["verdict"] == "fits", proposal
+        response = http.post(
+            "/v1/operations",
+            json={"kind": "resize", "ratio": 3, "actor": "ana",
+                  "fingerprint": proposal["fingerprint"]},
+        )  # fmt: skip
+        assert response.status_code == 202, response.text
+        op_id = response.json()["id"]
+        final, events = _follow(http, op_id)
+        assert final["state"] == "ready", events[-3:]
+        after = http.get("/v1/status").json()
+
+    containers = scene.containers()
+    assert sorted(containers) == sorted([scene.name, f"{scene.name}.previous"])
+    new, kept = containers[scene.name], containers[f"{scene.name}.previous"]
+    assert kept["Id"] == old_id
+    assert kept["State"]["Status"] == "exited"
+    assert new["Id"] != old_id
+    assert new["State"]["Status"] == "running"
+    assert new["Image"] == old["Image"]
+    for key in KEPT_HOST_CONFIG:
+        assert new["HostConfig"].get(key) == old["HostConfig"].get(key), key
+    assert new["HostConfig"] == old["HostConfig"]
+    for key in KEPT_CONFIG:
+        assert new["Config"].get(key) == old["Config"].get(key), key
+    assert new["HostConfig"]["Memory"] == MEMORY_LIMIT
+    labels = dict(new["Config"]["Labels"])
+    assert labels.pop(LABEL_OPERATION) == f"{op_id}:1"
+    assert labels.pop(LABEL_REPLACES) == old_id
+    assert labels == old["Config"]["Labels"]
+    old_cmd, new_cmd = old["Config"]["Cmd"], new["Config"]["Cmd"]
+    assert _without_hicache(new_cmd) == old_cmd
+    assert "--enable-hierarchical-cache" in new_cmd
+    assert new_cmd[new_cmd.index("--hicache-ratio") + 1] == "3"
+
+    assert after["server"]["state"] == "running"
+    assert after["server"]["pid"] == new["State"]["Pid"]
+    assert after["config"]["hicache_ratio"] == 3.0
+    assert after["ram"]["cgroup_limit_bytes"] == MEMORY_LIMIT
