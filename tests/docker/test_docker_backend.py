@@ -136,3 +136,95 @@ def test_a_resize_replaces_the_container_keeping_every_setting(scene: Scene) -> 
     assert after["server"]["pid"] == new["State"]["Pid"]
     assert after["config"]["hicache_ratio"] == 3.0
     assert after["ram"]["cgroup_limit_bytes"] == MEMORY_LIMIT
+
+
+def test_an_over_budget_start_is_killed_and_rolled_back_to_the_kept_container(
+    scene: Scene,
+) -> None:
+    """SGLang allocating twice the planned pool (the simulator's host_pool_x:2) in the new
+    container is killed by the guard (host_pool_over_budget) and rolled back: the new container
+    is removed and the old one, NAME.previous, runs again under NAME without HiCache."""
+    old_id = _start_server(scene, {"KIMI_SIM_FAIL": "host_pool_x:2,slow_pin:10"})
+    args = ["--config", str(scene.config)]
+    with (
+        run_agent(scene.tmp, args, agent_env(), scene.tmp / "agent-state") as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        response = http.post("/v1/operations", json={"kind": "resize", "ratio": 3, "actor": "ana"})
+        assert response.status_code == 202, response.text
+        final, events = _follow(http, response.json()["id"])
+        assert final["state"] == "rolled_back", events[-3:]
+        assert final["operation"]["failure"]["kind"] == "host_pool_over_budget"
+        after = http.get("/v1/status").json()
+
+    containers = scene.containers()
+    assert sorted(containers) == [scene.name]
+    back = containers[scene.name]
+    assert back["Id"] == old_id
+    assert back["State"]["Status"] == "running"
+    assert "--enable-hierarchical-cache" not in back["Config"]["Cmd"]
+    assert after["server"]["pid"] == back["State"]["Pid"]
+    assert after["config"]["enable_hierarchical_cache"] is False
+    assert after["server"]["state"] == "running"
+
+
+def test_a_container_that_does_not_run_sglang_is_refused_and_left_alone(scene: Scene) -> None:
+    """A container NAME running ``sleep``: status names the reason, a resize is refused with it
+    (503) and nothing changes: the same container runs, no other is made, nothing is written."""
+    container_id = scene.create(["/usr/bin/sleep", "600"])
+    args = ["--config", str(scene.config)]
+    state_dir = scene.tmp / "agent-state"
+    with (
+        run_agent(scene.tmp, args, agent_env(), state_dir) as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        status = http.get("/v1/status").json()
+        reason = f"container {scene.name!r} does not run SGLang's server"
+        assert any(reason in problem for problem in status["problems"]), status["problems"]
+        response = http.post("/v1/operations", json={"kind": "resize", "ratio": 3, "actor": "ana"})
+        assert response.status_code == 503, response.text
+        assert reason in response.json()["detail"]
+        assert "'/usr/bin/sleep', '600'" in response.json()["detail"]
+
+    containers = scene.containers()
+    assert sorted(containers) == [scene.name]
+    assert containers[scene.name]["Id"] == container_id
+    assert containers[scene.name]["State"]["Status"] == "running"
+    assert not (state_dir / "docker-command.json").exists()
+    assert not (state_dir / "docker-start.json").exists()
+
+
+def test_the_docker_daemon_unreachable_is_a_clear_error_and_changes_nothing(
+    scene: Scene,
+) -> None:
+    """An agent pointed at a socket no daemon listens on: status and a resize both name the
+    socket, the resize is refused (503) and the running container is left as it was."""
+    container_id = _start_server(scene)
+    socket = scene.tmp / "no-daemon.sock"
+    text = scene.config.read_text(encoding="utf-8")
+    scene.config.write_text(
+        text.replace(f'docker_host = "{_docker_host(text)}"', f'docker_host = "unix://{socket}"'),
+        encoding="utf-8",
+    )
+    args = ["--config", str(scene.config)]
+    state_dir = scene.tmp / "agent-state"
+    with (
+        run_agent(scene.tmp, args, agent_env(), state_dir) as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        status = http.get("/v1/status").json()
+        reason = f"cannot reach the Docker daemon at unix://{socket}"
+        assert any(reason in problem for problem in status["problems"]), status["problems"]
+        response = http.post("/v1/operations", json={"kind": "resize", "ratio": 3, "actor": "ana"})
+        assert response.status_code == 503, response.text
+        assert reason in response.json()["detail"]
+
+    containers = scene.containers()
+    assert sorted(containers) == [scene.name]
+    assert containers[scene.name]["Id"] == container_id
+    assert containers[scene.name]["State"]["Status"] == "running"
+    assert not (state_dir / "docker-command.json").exists()
+
+
+def _docker_host(config_text: str) -> str:
+    return config_text.split('docker_host = "')[1].split('"')[0]
