@@ -228,3 +228,44 @@ def test_the_docker_daemon_unreachable_is_a_clear_error_and_changes_nothing(
 
 def _docker_host(config_text: str) -> str:
     return config_text.split('docker_host = "')[1].split('"')[0]
+
+
+@pytest.mark.parametrize(
+    "step", ["{name}.next:written", "{name}.previous:renamed", "{name}:renamed"]
+)
+def test_an_agent_killed_between_the_container_steps_resumes_to_one_name_and_one_previous(
+    scene: Scene, step: str
+) -> None:
+    """SIGKILL the agent once the new container is created, once the old one is renamed
+    NAME.previous, and once the new one is renamed NAME (KIMI_AGENT_CRASH_AT): a second agent
+    resumes the resize to ready, with one running NAME (the new command, the same start) and
+    the old container as the one NAME.previous."""
+    old_id = _start_server(scene)
+    args = ["--config", str(scene.config)]
+    state_dir = scene.tmp / "agent-state"
+    crash = agent_env(KIMI_AGENT_CRASH_AT=step.format(name=scene.name))
+    with run_agent(scene.tmp, args, crash, state_dir) as first:
+        with httpx.Client(base_url=first.url, headers=auth(), timeout=30) as http:
+            response = http.post(
+                "/v1/operations", json={"kind": "resize", "ratio": 3, "actor": "ana"}
+            )
+            assert response.status_code == 202, response.text
+            op_id = response.json()["id"]
+        assert first.process.wait(timeout=60) == -9, first.stderr()
+
+    with (
+        run_agent(scene.tmp, args, agent_env(), state_dir) as second,
+        httpx.Client(base_url=second.url, headers=auth(), timeout=30) as http,
+    ):
+        final, events = _follow(http, op_id)
+        assert final["state"] == "ready", events[-3:]
+        after = http.get("/v1/status").json()
+
+    containers = scene.containers()
+    assert sorted(containers) == sorted([scene.name, f"{scene.name}.previous"])
+    new, kept = containers[scene.name], containers[f"{scene.name}.previous"]
+    assert kept["Id"] == old_id
+    assert new["State"]["Status"] == "running"
+    assert new["Config"]["Labels"][LABEL_OPERATION] == f"{op_id}:1"
+    assert new["Config"]["Cmd"][new["Config"]["Cmd"].index("--hicache-ratio") + 1] == "3"
+    assert after["server"]["pid"] == new["State"]["Pid"]
