@@ -269,3 +269,69 @@ def test_an_agent_killed_between_the_container_steps_resumes_to_one_name_and_one
     assert new["Config"]["Labels"][LABEL_OPERATION] == f"{op_id}:1"
     assert new["Config"]["Cmd"][new["Config"]["Cmd"].index("--hicache-ratio") + 1] == "3"
     assert after["server"]["pid"] == new["State"]["Pid"]
+
+
+def test_a_restart_starts_the_same_container_and_a_rollback_returns_to_the_kept_one(
+    scene: Scene,
+) -> None:
+    """After a resize to ratio 3: a restart starts the same container NAME again (a new run,
+    no new container); a rollback to the revision before returns NAME to the original
+    container, the kept NAME.previous, without HiCache."""
+    old_id = _start_server(scene)
+    args = ["--config", str(scene.config)]
+    with (
+        run_agent(scene.tmp, args, agent_env(), scene.tmp / "agent-state") as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        ops = {}
+        for kind, body in (("resize", {"ratio": 3}), ("restart", {}), ("rollback", {})):
+            if kind == "restart":
+                resized = scene.api.inspect_container(scene.name)
+            response = http.post("/v1/operations", json={"kind": kind, "actor": "ana", **body})
+            assert response.status_code == 202, response.text
+            final, events = _follow(http, response.json()["id"])
+            assert final["state"] == "ready", (kind, events[-3:])
+            ops[kind] = scene.api.inspect_container(scene.name)
+        after = http.get("/v1/status").json()
+
+    restarted = ops["restart"]
+    assert restarted["Id"] == resized["Id"] != old_id
+    assert restarted["State"]["StartedAt"] != resized["State"]["StartedAt"]
+    assert restarted["State"]["Pid"] != resized["State"]["Pid"]
+    rolled = ops["rollback"]
+    assert rolled["Id"] == old_id
+    assert "--enable-hierarchical-cache" not in rolled["Config"]["Cmd"]
+    assert sorted(scene.containers()) == [scene.name]
+    assert after["config"]["enable_hierarchical_cache"] is False
+    assert after["server"]["pid"] == rolled["State"]["Pid"]
+
+
+def test_the_new_container_stopped_by_hand_mid_start_is_rolled_back(scene: Scene) -> None:
+    """Someone runs ``docker stop NAME`` while the new container pins its host pool: the start
+    counts as failed (the agent did not stop it) and NAME.previous runs again under NAME."""
+    old_id = _start_server(scene, {"KIMI_SIM_FAIL": "slow_pin:30"})
+    args = ["--config", str(scene.config)]
+    with (
+        run_agent(scene.tmp, args, agent_env(), scene.tmp / "agent-state") as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        response = http.post("/v1/operations", json={"kind": "resize", "ratio": 3, "actor": "ana"})
+        assert response.status_code == 202, response.text
+        op_id = response.json()["id"]
+        seen: list[str] = []
+        after = 0
+        while "host_pool" not in seen:
+            body = http.get(f"/v1/operations/{op_id}", params={"after": after, "wait": 10}).json()
+            seen += [event["phase"] for event in body["events"]]
+            after = body["last_seq"]
+            assert body["state"] == "running", seen
+        stopped_by_hand = scene.api.inspect_container(scene.name)["Id"]
+        assert stopped_by_hand != old_id
+        scene.api.stop(stopped_by_hand, timeout=1)
+        final, events = _follow(http, op_id)
+        assert final["state"] == "rolled_back", events[-3:]
+
+    containers = scene.containers()
+    assert sorted(containers) == [scene.name]
+    assert containers[scene.name]["Id"] == old_id
+    assert containers[scene.name]["State"]["Status"] == "running"
