@@ -40,7 +40,7 @@ from bot.agent.config import AgentSettings, agent_settings_from_config
 from bot.agent.control.protocol import ServerProcessState, StopResult
 from bot.agent.engine.manager import OperationManager
 from bot.agent.facts.snapshot import FactsService
-from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts
+from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts, ServerCgroup
 from bot.agent.service import make_control, make_probe
 from bot.agent.sglang_client import SGLangClient
 from bot.agent.state.agent_state import AgentState
@@ -270,13 +270,13 @@ class _WriterControl:
 class _NoGpuProbe:
     """Host facts for the follow bench: no GPU to wait for (this machine has none)."""
 
-    def ram(self) -> RamFacts:
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
         return RamFacts(total_bytes=449 * 10**9, available_bytes=445 * 10**9)
 
     def gpus(self) -> GpuFacts:
         return GpuFacts(available=False, reason="bench: no GPU")
 
-    def process_tree_rss(self, pid: int) -> int:
+    def released_by_stop(self, pid: int, ram: RamFacts) -> int:
         return 0
 
     def stray_server_processes(self, exclude_pids: Any) -> list[ProcessInfo]:

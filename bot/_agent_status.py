@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bot._agent_fields import Json, enum_value, field_of, mapping, number, optional, texts, whole
+from bot._agent_memory import MemoryWatchView
 from bot._agent_operations import AgentOperation
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
@@ -46,6 +47,14 @@ class AgentStatus:
     #: The server's URL as a fleet's router reaches it (``[agent] router_url``, else its own
     #: URL); None from agents older than this field.
     router_url: str | None = None
+    #: The server's memory domain: the level whose limit binds (``/system.slice (memory.high)``),
+    #: that limit, and what the domain gives (host and cgroup); None from older agents or
+    #: without a cgroup limit.
+    ram_cgroup_limit_from: str | None = None
+    ram_cgroup_limit_gb: float | None = None
+    ram_headroom_gb: float | None = None
+    #: The post-ready memory watch: its notices and whether the headroom is under the floor.
+    memory: MemoryWatchView = field(default_factory=MemoryWatchView)
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -94,6 +103,10 @@ class AgentStatus:
             raw=dict(status),
             metrics=_metrics(status.get("metrics"), f"{where}'s metrics"),
             router_url=optional(server, "router_url", str, f"{where}'s server"),
+            ram_cgroup_limit_from=optional(ram, "cgroup_limit_from", str, f"{where}'s ram"),
+            ram_cgroup_limit_gb=number(ram, "cgroup_limit_gb", f"{where}'s ram"),
+            ram_headroom_gb=number(ram, "headroom_gb", f"{where}'s ram"),
+            memory=MemoryWatchView.from_json(status.get("memory_watch"), f"{where}'s memory_watch"),
         )
 
 

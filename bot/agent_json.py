@@ -21,6 +21,7 @@ Import the values from here. They are written by concept in private modules: the
 
 from __future__ import annotations
 
+from bot._agent_memory import AgentMemoryNotice, MemoryWatchView
 from bot._agent_operations import (
     AgentEvent,
     AgentFailure,
@@ -37,10 +38,12 @@ from bot._agent_status import AgentStatus
 __all__ = [
     "AgentEvent",
     "AgentFailure",
+    "AgentMemoryNotice",
     "AgentOperation",
     "AgentPlan",
     "AgentRevision",
     "AgentStatus",
+    "MemoryWatchView",
     "OperationPage",
     "PlannedChange",
     "StartFigures",

@@ -14,6 +14,7 @@ from bot.agent_json import (
     AgentFailure,
     AgentOperation,
     AgentPlan,
+    AgentStatus,
     OperationPage,
     PlannedChange,
     read_revisions,
@@ -193,3 +194,63 @@ def test_an_operation_with_no_plan_or_failure_reads_as_none() -> None:
     op = AgentOperation.from_json({**sent, "kind": "restart", "plan": None})
     assert (op.kind, op.plan, op.failure) == (OperationKind.RESTART, None, None)
     assert op.state is OperationState.READY
+
+
+def _status_with_memory(memory_watch: Any) -> dict[str, Any]:
+    return {
+        "host": {"name": "kimi-01"},
+        "server": {"state": "running"},
+        "fingerprint": "f",
+        "memory_watch": memory_watch,
+    }
+
+
+def test_the_memory_watchs_notices_are_read_with_their_figures() -> None:
+    """The post-ready watch's section gives typed notices and below_floor; an agent older than
+    the watch (no section) reads as no notices, not below the floor."""
+    status = AgentStatus.from_json(
+        _status_with_memory(
+            {
+                "below_floor": True,
+                "notices": [
+                    {
+                        "seq": 3,
+                        "at": "2026-02-24T11:31:02.114+00:00",
+                        "where": "cgroup",
+                        "headroom_gb": 2.96,
+                        "available_gb": 40.1,
+                        "cgroup_limit_gb": 14.0,
+                        "floor_gb": 10.74,
+                        "message": "after ready: the server's cgroup ...",
+                    },
+                ],
+            }
+        )
+    )
+    assert status.memory.below_floor
+    (notice,) = status.memory.notices
+    assert (notice.seq, notice.where, notice.headroom_gb, notice.cgroup_limit_gb) == (
+        3,
+        "cgroup",
+        2.96,
+        14.0,
+    )
+    assert notice.at == datetime(2026, 2, 24, 11, 31, 2, 114000, tzinfo=UTC)
+    older = AgentStatus.from_json(_status_with_memory(None))
+    assert (older.memory.below_floor, older.memory.notices) == (False, ())
+
+
+@pytest.mark.parametrize(
+    ("notice", "names"),
+    [
+        ({"seq": 0, "at": "2026-02-24T11:31:02+00:00", "headroom_gb": 1, "floor_gb": 2}, "seq"),
+        ({"seq": 1, "at": "2026-02-24T11:31:02", "where": "host", "headroom_gb": 1,
+          "floor_gb": 2, "message": "m"}, "time zone"),
+        ({"seq": 1, "at": "2026-02-24T11:31:02+00:00", "where": "host", "headroom_gb": "x",
+          "floor_gb": 2, "message": "m"}, "headroom_gb"),
+    ],
+)  # fmt: skip
+def test_a_notice_that_cannot_be_read_names_the_field(notice: dict[str, Any], names: str) -> None:
+    """A notice without a valid seq, a zoned time or figures is refused, naming what is wrong."""
+    with pytest.raises(AgentError, match=names):
+        AgentStatus.from_json(_status_with_memory({"notices": [notice]}))

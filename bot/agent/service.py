@@ -22,6 +22,12 @@ from bot.agent.control.protocol import ServerControl
 from bot.agent.control.systemd import SystemdControl
 from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
 from bot.agent.engine.manager import OperationManager
+from bot.agent.engine.post_ready import (
+    DEFAULT_INTERVAL_S,
+    NOTICES_FILE,
+    MemoryNoticeLog,
+    PostReadyWatch,
+)
 from bot.agent.facts.snapshot import FactsService
 from bot.agent.host.probe import HostProbe
 from bot.agent.host.system import SystemProbe
@@ -84,10 +90,12 @@ class AgentService:
         sglang: SGLangClient,
         state: AgentState,
         clock: Clock,
+        watch: PostReadyWatch,
     ) -> None:
         self.settings = settings
         self.facts = facts
         self.manager = manager
+        self.watch = watch
         self.control = control
         self.probe = probe
         self.sglang = sglang
@@ -110,6 +118,8 @@ class AgentService:
             None if current is None else current.to_dict(),
             metrics,
             self.settings.router_url or self.settings.server_url,
+            memory_watch=self.watch.status(),
+            memory_problem=self.watch.problem(),
         )
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
@@ -150,11 +160,15 @@ class AgentService:
         return self.manager.revisions()
 
     def resume(self) -> list[int]:
-        """Re-attach to operations left unfinished by an earlier run of the agent; their ids."""
-        return self.manager.resume()
+        """Re-attach to operations left unfinished by an earlier run of the agent, and start
+        the post-ready memory watch; the operations' ids."""
+        resumed = self.manager.resume()
+        self.watch.start()
+        return resumed
 
     def close(self) -> None:
         """Stop watching (the server keeps running) and release the client and the state."""
+        self.watch.stop()
         self.manager.close()
         self.sglang.close()
         self.state.close()
@@ -171,10 +185,12 @@ def build_service(
     crash_points: CrashPoints | None = None,
     health_grace_s: float | None = None,
     write_hook: WriteHook = NO_WRITE_HOOK,
+    watch_interval_s: float = DEFAULT_INTERVAL_S,
 ) -> AgentService:
     """Compose the agent from ``settings`` (whose loading already checked the token); each
     keyword replaces the part the settings would make. ``write_hook`` is given to the control
-    and the state the root makes (``bot.agent.write_hook``: a test's kill in mid-write)."""
+    and the state the root makes (``bot.agent.write_hook``: a test's kill in mid-write);
+    ``watch_interval_s`` is how often the post-ready memory watch samples a serving server."""
     used_clock = clock if clock is not None else SystemClock()
     used_probe = probe if probe is not None else make_probe(settings, used_clock)
     used_control = (
@@ -197,6 +213,16 @@ def build_service(
         health_grace_s=health_grace_s,
         crash_points=NO_CRASHES if crash_points is None else crash_points,
     )
+    watch = PostReadyWatch(
+        used_probe,
+        used_control,
+        used_sglang,
+        lambda: manager.current() is not None,
+        used_clock,
+        MemoryNoticeLog(settings.state_dir / NOTICES_FILE),
+        settings.guard.floor_bytes,
+        interval_s=watch_interval_s,
+    )
     return AgentService(
         settings,
         facts,
@@ -206,4 +232,5 @@ def build_service(
         sglang=used_sglang,
         state=used_state,
         clock=used_clock,
+        watch=watch,
     )

@@ -18,6 +18,7 @@ import ssl
 from pathlib import Path
 
 from bot.agent.config import AgentSettings
+from bot.agent.tokens import MIN_TOKEN_CHARS
 from bot.errors import ConfigError
 from bot.tls import fingerprint_of_der, is_loopback
 
@@ -42,7 +43,8 @@ def plaintext_refusal(settings: AgentSettings) -> str | None:
 
 
 def transport_warnings(settings: AgentSettings) -> list[str]:
-    """What the agent logs as warnings at every start about how it is reached."""
+    """What the agent logs as warnings at every start about how it is reached: without TLS
+    off loopback, a key others can read, a token short enough to guess."""
     warnings: list[str] = []
     if not settings.tls and settings.allow_plaintext and not is_loopback(settings.listen_host):
         warnings.append(
@@ -56,6 +58,15 @@ def transport_warnings(settings: AgentSettings) -> list[str]:
                 f"[agent] tls_key {str(settings.tls_key)!r} is readable by others (mode "
                 f"{mode:04o}); chmod 600 it"
             )
+    short = settings.tokens.short_entries()
+    if short:
+        entries = ", ".join(str(n) for n in short)
+        warnings.append(
+            f"token entr{'y' if len(short) == 1 else 'ies'} {entries} of {settings.token_env} "
+            f"{'is' if len(short) == 1 else 'are'} shorter than {MIN_TOKEN_CHARS} characters: "
+            "anyone who can reach the agent may guess it; make one with "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
     return warnings
 
 

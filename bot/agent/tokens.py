@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from bot.errors import ConfigError
 from bot.settings import Secret
 
-__all__ = ["READ_ONLY_FLAG", "AgentToken", "TokenSet", "parse_tokens"]
+__all__ = ["MIN_TOKEN_CHARS", "READ_ONLY_FLAG", "AgentToken", "TokenSet", "parse_tokens"]
 
 READ_ONLY_FLAG = "ro"
+#: A token shorter than this is accepted with a warning at every start: 32 random characters
+#: (what the commands in the module docstring make) cannot be guessed over the network.
+MIN_TOKEN_CHARS = 32
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", re.ASCII)
 # Printable ASCII without the separators and whitespace: what goes in an Authorization header.
 _TOKEN = re.compile(r"[!-~]+", re.ASCII)
@@ -66,6 +69,14 @@ class TokenSet:
             if hmac.compare_digest(presented, token.secret.reveal().encode()):
                 found = token if found is None else found
         return found
+
+    def short_entries(self) -> list[int]:
+        """The 1-based positions of the tokens shorter than :data:`MIN_TOKEN_CHARS`."""
+        return [
+            index
+            for index, token in enumerate(self.tokens, 1)
+            if len(token.secret.reveal()) < MIN_TOKEN_CHARS
+        ]
 
     @classmethod
     def single(cls, secret: Secret) -> TokenSet:

@@ -23,6 +23,7 @@ VERBS: tuple[str, ...] = (
     "report",
     "fleets",
     "resume",
+    "fleet",
 )
 
 USAGE: dict[str, str] = {
@@ -31,7 +32,7 @@ USAGE: dict[str, str] = {
     "history [n] [host] | hosts | report [host] | report every <interval> | "
     "report daily HH:MM | report off | report schedules | fleets | "
     "resize ratio <R> fleet <name> | restart fleet <name> | rollback fleet <name> | "
-    "resume fleet <name>",
+    "resume fleet <name> | fleet <name> rejoin <host>",
     "status": "status [host]",
     "resize": "resize ratio <R> [host] | resize size <GB> [host] | "
     "resize ratio <R> fleet <name> | resize size <GB> fleet <name>",
@@ -45,6 +46,7 @@ USAGE: dict[str, str] = {
     "report schedules",
     "fleets": "fleets",
     "resume": "resume fleet <name>",
+    "fleet": "fleet <name> rejoin <host>",
 }
 
 #: (example, what it does), as help shows them; ``{zone}`` is where ``report daily`` is read.
@@ -68,7 +70,8 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("resize ratio 4 fleet prod", "propose ratio 4 on every replica of fleet prod, one by one"),
     ("restart fleet prod", "restart fleet prod's replicas one by one, out of the router"),
     ("rollback fleet prod", "undo the replicas fleet prod's last rollout changed"),
-    ("resume fleet prod", "carry on fleet prod's stopped or unfinished rollout"),
+    ("resume fleet prod", "carry on fleet prod's stopped rollout, or put back its replicas"),
+    ("fleet prod rejoin kimi-02", "put kimi-02 back in fleet prod's router once it is healthy"),
 )
 
 

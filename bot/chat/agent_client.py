@@ -30,7 +30,7 @@ from bot.agent_json import (
     PlannedChange,
 )
 from bot.chat.agent_tls import PinMismatch, TlsPolicy, client_context, find_certificate_error
-from bot.chat.config import ChatSettings
+from bot.chat.config import DEFAULT_READ_DEADLINE_S, ChatSettings
 from bot.errors import (
     AgentAuthError,
     AgentBusy,
@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "KEEPALIVE_S",
     "LONG_POLL_MARGIN_S",
+    "READ_DEADLINE_S",
     "AgentClient",
     "connect",
     "revisions_source",
@@ -59,6 +60,10 @@ __all__ = [
 
 #: Seconds to connect, send and read an ordinary answer (status reads NVML and psutil: ~1 s).
 DEFAULT_TIMEOUT_S = 15.0
+#: The deadline of a status-like read (status, the operation list): a hung agent (its process
+#: stopped, its socket still accepting) is marked silent after this long, never holding a
+#: ``status``, ``hosts``, ``fleets`` or ``report`` for the ordinary timeout.
+READ_DEADLINE_S = DEFAULT_READ_DEADLINE_S
 #: A long-poll's read timeout is its ``wait`` plus this margin (the agent answers at ``wait``).
 LONG_POLL_MARGIN_S = 15.0
 #: The agent holds a long-poll at most this long (``bot.agent.api.MAX_WAIT_S``).
@@ -84,10 +89,12 @@ class AgentClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         tls: TlsPolicy | None = None,
+        read_deadline_s: float = READ_DEADLINE_S,
     ) -> None:
         self.base_url = base_url
         self.host = host or base_url
         self._timeout_s = timeout_s
+        self._read_deadline_s = read_deadline_s
         self._http = httpx.Client(
             base_url=base_url,
             headers={"Authorization": f"Bearer {token.reveal()}"},
@@ -114,7 +121,9 @@ class AgentClient:
     # -- the API ----------------------------------------------------------------------------
 
     def status(self) -> AgentStatus:
-        return self._parse(AgentStatus.from_json, self._call("GET", "/v1/status"), "status")
+        """The host's status, within the read deadline."""
+        body = self._call("GET", "/v1/status", timeout=self._read_timeout())
+        return self._parse(AgentStatus.from_json, body, "status")
 
     def plan(self, ratio: float | None = None, size_gb: int | None = None) -> PlannedChange:
         """Size a change on live facts. A value SGLang itself rejects is
@@ -166,7 +175,12 @@ class AgentClient:
         )
 
     def operations(self, limit: int = 20) -> tuple[AgentOperation, ...]:
-        body = self._call("GET", "/v1/operations", params={"limit": max(1, min(limit, 500))})
+        body = self._call(
+            "GET",
+            "/v1/operations",
+            params={"limit": max(1, min(limit, 500))},
+            timeout=self._read_timeout(),
+        )
         return self._parse(
             lambda b: tuple(AgentOperation.from_json(op) for op in b["operations"]),
             body,
@@ -185,10 +199,19 @@ class AgentClient:
 
     # -- the seam ---------------------------------------------------------------------------
 
+    def _read_timeout(self) -> httpx.Timeout:
+        """A status-like read's timeout: the whole answer within the read deadline."""
+        return httpx.Timeout(self._read_deadline_s)
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Mapping[str, Any]:
+        timeout = kwargs.get("timeout")
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
+            if isinstance(timeout, httpx.Timeout) and timeout.read == self._read_deadline_s:
+                raise AgentUnreachable(
+                    f"agent {self.host}: no answer in {self._read_deadline_s:g} s"
+                ) from exc
             raise AgentUnreachable(f"agent {self.host} did not answer in time ({exc})") from exc
         except httpx.ConnectError as exc:
             refused = find_certificate_error(exc)
@@ -265,6 +288,7 @@ def connect(
         host=spec.name,
         transport=transport,
         tls=spec.tls,
+        read_deadline_s=settings.read_deadline_s,
     )
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "Apply",
     "Cancel",
     "Command",
+    "FleetRejoin",
     "FleetResize",
     "FleetRestart",
     "FleetResume",
@@ -142,6 +143,15 @@ class FleetResume:
 
 
 @dataclass(frozen=True)
+class FleetRejoin:
+    """``fleet <name> rejoin <host>``: put a replica that serves but is out of the router back,
+    after its health and breaker are checked."""
+
+    fleet: str
+    host: str
+
+
+@dataclass(frozen=True)
 class Fleets:
     """``fleets``: every fleet with its replicas' configs."""
 
@@ -165,5 +175,6 @@ Command = (
     | FleetRestart
     | FleetRollback
     | FleetResume
+    | FleetRejoin
     | Fleets
 )

@@ -4,6 +4,7 @@ Every key is documented in ``deploy/kimi-ops.example.toml``::
 
     [bot]
     update_interval_s = 3             # at most one progress edit per operation this often
+    read_deadline_s = 1               # an agent's status-like answer is awaited this long
     [policy]
     appliers = ["U0123456789"]        # user ids who may apply, restart, roll back, schedule
     usergroups = []                   # or members of these user groups
@@ -44,6 +45,7 @@ from bot.tls import is_loopback, parse_fingerprint
 
 __all__ = [
     "DEFAULT_PROPOSAL_TTL_MINUTES",
+    "DEFAULT_READ_DEADLINE_S",
     "DEFAULT_UPDATE_INTERVAL_S",
     "ChatSettings",
     "HostSettings",
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 DEFAULT_UPDATE_INTERVAL_S = 3.0
+DEFAULT_READ_DEADLINE_S = 1.0
 DEFAULT_PROPOSAL_TTL_MINUTES = 15
 DEFAULT_TOKEN_ENV = "KIMI_AGENT_TOKEN"
 # Slack's chat.update is Tier 3 (about 50 a minute per workspace): one edit a second is the floor.
@@ -60,7 +63,10 @@ _MAX_TTL_MINUTES = 24 * 60
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
 # A host is the last word of a command: it must not read as a number or a grammar word.
 _RESERVED = frozenset({*VERBS, "ratio", "size", "every", "daily", "off", "schedules", "kimi"})
-_BOT_KEYS = ("update_interval_s",)
+_BOT_KEYS = ("update_interval_s", "read_deadline_s")
+#: An agent's status read does NVML and psutil (well under a second); a deadline shorter than
+#: this would mark healthy agents silent.
+_MIN_READ_DEADLINE_S = 0.2
 _POLICY_KEYS = ("appliers", "usergroups", "require_second_person", "proposal_ttl_minutes")
 _HOST_KEYS = ("url", "token_env", "default", "ca_file", "fingerprint", "insecure")
 _TLS_KEYS = ("ca_file", "fingerprint", "insecure")
@@ -97,6 +103,8 @@ class ChatSettings:
     hosts: tuple[HostSettings, ...]
     policy: PolicySettings = PolicySettings()
     update_interval_s: float = DEFAULT_UPDATE_INTERVAL_S
+    #: How long each agent's status-like answer is awaited (status, hosts, fleets, report).
+    read_deadline_s: float = DEFAULT_READ_DEADLINE_S
 
     @property
     def host_names(self) -> tuple[str, ...]:
@@ -148,6 +156,9 @@ def _read(config: Mapping[str, Any]) -> ChatSettings:
         ),
         update_interval_s=bot.number(
             "update_interval_s", DEFAULT_UPDATE_INTERVAL_S, minimum=_MIN_UPDATE_INTERVAL_S
+        ),
+        read_deadline_s=bot.number(
+            "read_deadline_s", DEFAULT_READ_DEADLINE_S, minimum=_MIN_READ_DEADLINE_S
         ),
     )
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bot.chat import change_commands, fleet_commands, read_commands, report_commands
+from bot.chat import fleet_commands, read_commands, report_commands
 from bot.chat.adoption import adopt_applied
 from bot.chat.agent_client import connect
 from bot.chat.audit import Audit, Watch
@@ -27,6 +27,7 @@ from bot.chat.config import ChatSettings
 from bot.chat.grammar import (
     Apply,
     Cancel,
+    FleetRejoin,
     FleetResize,
     FleetRestart,
     FleetResume,
@@ -60,11 +61,11 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     Help: read_commands.help_,
     Status: read_commands.status,
     Hosts: read_commands.hosts,
-    Resize: change_commands.resize,
+    Resize: fleet_commands.host_resize,  # refused on a fleet's replica: the fleet drains it
     Apply: fleet_commands.apply,  # a fleet's proposal starts its rollout; others go to the host
     Cancel: fleet_commands.cancel,  # a fleet's proposal ends its rollout; others go to the host
-    Restart: change_commands.restart,
-    Rollback: change_commands.rollback,
+    Restart: fleet_commands.host_restart,
+    Rollback: fleet_commands.host_rollback,
     History: read_commands.history,
     Report: report_commands.report,
     ReportEvery: report_commands.report_every,
@@ -75,6 +76,7 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     FleetRestart: fleet_commands.fleet_restart,
     FleetRollback: fleet_commands.fleet_rollback,
     FleetResume: fleet_commands.fleet_resume,
+    FleetRejoin: fleet_commands.fleet_rejoin,
     Fleets: fleet_commands.fleets,
 }
 

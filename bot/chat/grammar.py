@@ -28,6 +28,7 @@ from bot.chat.commands import (
     Apply,
     Cancel,
     Command,
+    FleetRejoin,
     FleetResize,
     FleetRestart,
     FleetResume,
@@ -55,6 +56,7 @@ __all__ = [
     "Apply",
     "Cancel",
     "Command",
+    "FleetRejoin",
     "FleetResize",
     "FleetRestart",
     "FleetResume",
@@ -235,6 +237,19 @@ def _resume(words: _Words) -> FleetResume:
         raise words.fail("resume needs the fleet, e.g. 'resume fleet prod'")
     words.done()
     return FleetResume(fleet)
+
+
+def _fleet(words: _Words) -> FleetRejoin:
+    if len(words.args) != 3 or words.args[1].lower() != "rejoin":
+        raise words.fail("say which replica to put back, e.g. 'fleet prod rejoin kimi-02'")
+    name, _, word = words.args
+    if not _FLEET_NAME.fullmatch(name):
+        raise words.fail(f"fleet name {_shown(name)} is not a name like prod or kimi-eu")
+    host = words.host_of(word)
+    if host is None:
+        raise words.unknown_host(word)
+    words.args.clear()
+    return FleetRejoin(name, host)
 
 
 def _fleets(words: _Words) -> Fleets:
@@ -431,4 +446,5 @@ _PARSERS: dict[str, Callable[[_Words], Command]] = {
     "report": _report,
     "fleets": _fleets,
     "resume": _resume,
+    "fleet": _fleet,
 }

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from bot.agent_json import AgentOperation, AgentPlan, AgentStatus
+from bot.agent_json import AgentMemoryNotice, AgentOperation, AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.policy import Actor, Refusal
 from bot.chat.progress import ProgressView
 from bot.chat.reporting import ChartImage
 from bot.fleet.plan import FleetRefusal
+from bot.fleet.rejoin import Rejoined
 from bot.fleet.view import RolloutView
 from bot.reports import HostReport
 from bot.store.records import ReportSchedule
@@ -29,10 +30,12 @@ __all__ = [
     "HostAnswer",
     "HostReportView",
     "HostsReply",
+    "MemoryNoticeReply",
     "OperationReply",
     "ProblemReply",
     "ProposalReply",
     "RefusalReply",
+    "RejoinReply",
     "Reply",
     "ReportPoster",
     "ReportReply",
@@ -108,6 +111,16 @@ class ProblemReply:
 
 
 @dataclass(frozen=True)
+class MemoryNoticeReply:
+    """The agent's post-ready memory watch saw the server's headroom fall under the guard's
+    floor: posted once per notice in the channel of the host's last operation."""
+
+    host: str
+    notice: AgentMemoryNotice
+    operation_id: int | None = None  # the bot's record of the last operation, when known
+
+
+@dataclass(frozen=True)
 class OperationReply:
     """An operation started (or was found running) and is being watched."""
 
@@ -136,6 +149,9 @@ class HostReportView:
     chart: ChartImage | None = None
     proposal: ProposalReply | None = None
     evidence: str | None = None  # why the proposal was made
+    #: For a fleet's replica the recommendation is a fleet proposal (or its refusal): a
+    #: single-host change would restart the replica while the router still sends to it.
+    fleet_proposal: FleetProposalReply | FleetRefusalReply | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +217,20 @@ class FleetAnswer:
     router: str
     replicas: tuple[HostAnswer, ...]
     running: RolloutView | None = None
+    #: The fleet's last rollout when it stopped (nothing runs it; 'resume fleet' retries it).
+    stopped: RolloutView | None = None
+    #: Why the router's worker list could not be read (None: it was).
+    router_problem: str | None = None
+    #: The replicas the router does not hold (empty when it could not be read).
+    out_of_router: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RejoinReply:
+    """Replicas put back in a fleet's router, or refused with what their check found."""
+
+    fleet: str
+    outcomes: tuple[Rejoined, ...]
 
 
 @dataclass(frozen=True)
@@ -216,6 +246,7 @@ Reply = (
     | ProposalReply
     | RefusalReply
     | ProblemReply
+    | MemoryNoticeReply
     | OperationReply
     | CancelledReply
     | HistoryReply
@@ -227,6 +258,7 @@ Reply = (
     | FleetRefusalReply
     | RolloutReply
     | FleetsReply
+    | RejoinReply
 )
 
 

@@ -6,6 +6,7 @@ A recommendation the samples call for is recorded as a proposal by the bot."""
 from __future__ import annotations
 
 from bot.chat.change_commands import propose
+from bot.chat.fleet_commands import propose_for_replica
 from bot.chat.grammar import Report, ReportDaily, ReportEvery, ReportOff, ReportSchedules
 from bot.chat.handler_context import Context
 from bot.chat.policy import Action, Actor
@@ -44,14 +45,20 @@ _NO_REPORTS = (
 def _host_view(ctx: Context, report: HostReport, review: HostReview) -> HostReportView:
     if not report.answered:
         return HostReportView(report)
-    advice, proposal = review.advice, None
+    advice, proposal, for_fleet = review.advice, None, None
     if advice is not None:
-        proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
+        asked = advice.change.plan.requested_setting
+        for_fleet = propose_for_replica(
+            ctx, report.host, REPORTS_PROPOSER, asked.ratio, asked.size_gb
+        )
+        if for_fleet is None:
+            proposal = propose(ctx, report.host, REPORTS_PROPOSER, advice.change, advice.current)
     return HostReportView(
         report,
         chart=review.chart,
         proposal=proposal,
         evidence=None if advice is None else advice.evidence,
+        fleet_proposal=for_fleet,
     )
 
 

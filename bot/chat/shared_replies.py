@@ -25,8 +25,10 @@ def refused(ctx: Context, refusal: Refusal) -> RefusalReply:
 
 
 def ask_all(ctx: Context, names: tuple[str, ...]) -> tuple[HostAnswer, ...]:
-    """Every host's status at once; a host that does not answer is listed with its problem and
-    the time it was first seen silent."""
+    """Every host's status at once, each within its client's read deadline (``[bot]
+    read_deadline_s``): a host that does not answer in time, or at all, is listed with its
+    problem ("agent kimi-02: no answer in 1 s") and the time it was first seen silent, and
+    never holds the others' answers past the deadline."""
     hosts = [ctx.settings.host(name) for name in names]
 
     def ask(host: HostSettings) -> HostAnswer:

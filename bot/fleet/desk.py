@@ -24,12 +24,13 @@ from datetime import datetime
 from typing import Protocol
 
 from bot.clock import Clock
-from bot.errors import FleetBusy, NotFound
+from bot.errors import AgentError, FleetBusy, NotFound, RouterError
 from bot.fleet.config import FleetSettings
 from bot.fleet.drain import LoadProbe, ReplicaLoad
 from bot.fleet.plan import FleetChange, FleetPlan, FleetRefusal, ReplicaAgent, plan_fleet
+from bot.fleet.rejoin import Rejoined, rejoin
 from bot.fleet.rollout import EVENT_WAIT_S, RolloutRunner, RouterSeam
-from bot.fleet.router import RouterClient
+from bot.fleet.router import RouterClient, RouterWorker
 from bot.fleet.view import ReplicaView, RolloutView
 from bot.store.records import RolloutRecord, RolloutReplicaRecord
 from bot.vocab import (
@@ -38,7 +39,14 @@ from bot.vocab import (
     RolloutState,
 )
 
-__all__ = ["FleetDesk", "RolloutSink", "RolloutStore", "StoreRolloutLog", "view_of"]
+__all__ = [
+    "FleetDesk",
+    "RolloutSink",
+    "RolloutStore",
+    "RouterListing",
+    "StoreRolloutLog",
+    "view_of",
+]
 
 #: A replica's line has ended once it reaches one of these.
 ENDED_PHASES = frozenset({ReplicaPhase.DONE, ReplicaPhase.ROLLED_BACK, ReplicaPhase.FAILED})
@@ -141,6 +149,20 @@ class StoreRolloutLog:
         )
 
 
+@dataclass(frozen=True)
+class RouterListing:
+    """What a fleet's router holds, as ``fleets`` shows it: ``workers`` by URL, or None with the
+    ``problem`` when the router cannot be read."""
+
+    workers: tuple[RouterWorker, ...] | None
+    problem: str | None = None
+
+    def holds(self, url: str) -> bool:
+        return self.workers is not None and any(
+            w.url.rstrip("/") == url.rstrip("/") for w in self.workers
+        )
+
+
 @dataclass
 class _Running:
     runner: RolloutRunner
@@ -240,7 +262,8 @@ class FleetDesk:
         """The rollout of fleet ``name`` running now, if any (in the store: any bot's)."""
         return next((r for r in self.store.unfinished_rollouts() if r.fleet == name), None)
 
-    def _refuse_busy(self, name: str) -> None:
+    def refuse_busy(self, name: str) -> None:
+        """Raise :class:`FleetBusy` when fleet ``name`` is in a rollout."""
         busy = self.running_in(name)
         if busy is not None:
             since = busy.started_at or busy.created_at
@@ -262,7 +285,7 @@ class FleetDesk:
         channel: str,
     ) -> RolloutRecord:
         """Record a rollout that needs no proposal (restart, rollback) and run it."""
-        self._refuse_busy(name)
+        self.refuse_busy(name)
         record = self._record(name, change, replicas, actor, channel, RolloutState.RUNNING)
         self._launch(record)
         return record
@@ -270,7 +293,7 @@ class FleetDesk:
     def start(self, rollout_id: int, actor: str) -> RolloutRecord:
         """Start a proposed rollout for ``actor``; the record as it stands (another applier's
         when they were first: the caller compares ``applied_by``)."""
-        self._refuse_busy(self.store.rollout(rollout_id).fleet)
+        self.refuse_busy(self.store.rollout(rollout_id).fleet)
         record = self.store.start_rollout(rollout_id, actor, self.clock.now())
         if record.applied_by == actor and record.state is RolloutState.RUNNING:
             self._launch(record)
@@ -307,6 +330,7 @@ class FleetDesk:
                 seen[line.host] = line.phase
 
         router = self._router(fleet)
+        members = self._members(fleet, view)
         runner = RolloutRunner(
             fleet,
             change_of(record),
@@ -318,6 +342,7 @@ class FleetDesk:
             on_view,
             event_wait_s=self._event_wait_s,
             since=record.started_at or record.created_at,
+            members=members,
         )
 
         def run() -> None:
@@ -333,6 +358,49 @@ class FleetDesk:
             self._running[record.id] = running
         self.sink.rollout(view)
         thread.start()
+
+    def _members(self, fleet: FleetSettings, view: RolloutView) -> dict[str, str]:
+        """Every replica of ``fleet`` by host as the router reaches it: the rollout's own lines,
+        and the others' from the settings or their agents (one whose agent is silent and that
+        the settings do not name cannot be counted)."""
+        members = {line.host: line.url for line in view.replicas}
+        for host in fleet.hosts:
+            if host in members:
+                continue
+            try:
+                url = fleet.url(host, self.agents[host].status().router_url)
+            except AgentError:
+                url = fleet.url(host)
+            if url is not None:
+                members[host] = url
+        return members
+
+    # -- the router -------------------------------------------------------------------------
+
+    def listing(self, name: str) -> RouterListing:
+        """What fleet ``name``'s router holds now, or why it cannot be read."""
+        router = self._router(self.fleet(name))
+        try:
+            return RouterListing(router.workers())
+        except RouterError as exc:
+            return RouterListing(None, str(exc))
+        finally:
+            router.close()
+
+    def rejoin(self, name: str, host: str) -> Rejoined:
+        """Put ``host`` back in fleet ``name``'s router once its health is checked (refused
+        while a rollout of the fleet runs: the rollout puts its replicas back itself)."""
+        fleet = self.fleet(name)
+        if host not in fleet.hosts:
+            raise NotFound(
+                f"{host} is no replica of fleet {name} (its hosts: {', '.join(fleet.hosts)})"
+            )
+        self.refuse_busy(name)
+        router = self._router(fleet)
+        try:
+            return rejoin(fleet, router, self.agents[host], host, self.clock)
+        finally:
+            router.close()
 
     def wait(self, rollout_id: int, timeout_s: float | None = None) -> RolloutView | None:
         """Block until this desk's runner of ``rollout_id`` ends; its last view (None while it

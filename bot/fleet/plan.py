@@ -18,7 +18,7 @@ from bot.fleet.config import FleetSettings
 from bot.fleet.view import ReplicaView
 from bot.vocab import OperationKind
 
-__all__ = ["FleetChange", "FleetPlan", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
+__all__ = ["NO_URL", "FleetChange", "FleetPlan", "FleetRefusal", "ReplicaAgent", "plan_fleet"]
 
 
 class ReplicaAgent(Protocol):
@@ -79,31 +79,36 @@ class FleetPlan:
     changes: Mapping[str, PlannedChange]
 
 
+#: The URL a refused line records for a host whose URL nobody could tell (the store keeps a
+#: line's URL non-empty; a refused rollout never reaches the router).
+NO_URL = "(unknown)"
+
+
 def plan_fleet(
     fleet: FleetSettings, agents: Mapping[str, ReplicaAgent], change: FleetChange
 ) -> FleetPlan | FleetRefusal:
     """Each replica's line (its plan for a resize, its config now), or the refusal of the whole
-    rollout."""
-
-    def current(host: str) -> AgentStatus | None:
-        try:
-            return agents[host].status()
-        except AgentError:
-            return None
+    rollout: every agent is asked, and one that does not answer refuses it for any change (a
+    restart or rollback too), before anything is touched."""
 
     changes: dict[str, PlannedChange] = {}
 
     def one(host: str) -> tuple[ReplicaView, str | None]:
-        status = current(host)
-        old = None if status is None else status.effective
-        url = fleet.url(host, None if status is None else status.router_url)
-        if url is None:
+        try:
+            status = agents[host].status()
+        except AgentError as exc:
+            url = fleet.url(host) or NO_URL
+            line = ReplicaView(host, url, planned="agent unreachable")
+            return line, f"its agent does not answer ({exc}); nothing was touched"
+        old = status.effective
+        found = fleet.url(host, status.router_url)
+        if found is None:
             why = (
-                f"no URL for {host} in the router: its agent "
-                f"{'did not answer' if status is None else 'does not report router_url'} and "
+                f"no URL for {host} in the router: its agent does not report router_url and "
                 f"[fleets.{fleet.name}] replica_urls names none (set [agent] router_url)"
             )
-            return ReplicaView(host, "", planned="no URL", old_config=old), why
+            return ReplicaView(host, NO_URL, planned="no URL", old_config=old), why
+        url = found
         if change.kind is not OperationKind.RESIZE:
             new = old if change.kind is OperationKind.RESTART else None
             return ReplicaView(host, url, old_config=old, new_config=new), None

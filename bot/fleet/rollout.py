@@ -10,17 +10,23 @@ replica whose new config fails comes back on its old one (the agent rolls it bac
 to the router, and the rollout stops there: the view says which replicas changed and which did
 not. Every phase change is saved through :class:`RolloutLog` first, so a bot restarted mid-way
 resumes from the store (:meth:`RolloutRunner.run` on the saved view).
+
+Every replica's agent is asked before any replica leaves the router, and each again right before
+its own goes: a replica whose agent does not answer is never drained for nothing. Replicas out of
+the router count against ``max_unavailable`` whatever took them out; one that nothing will put
+back (its agent silent, its last operation failed, or serving but left out) stops the rollout at
+once, naming it, instead of waiting out ``breaker_timeout_s``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Protocol
 
-from bot.agent_json import AgentOperation
+from bot.agent_json import AgentOperation, AgentStatus
 from bot.clock import Clock
 from bot.errors import AgentError, RouterError
 from bot.fleet._ready import not_ready
@@ -35,6 +41,7 @@ from bot.vocab import (
     OperationState,
     ReplicaPhase,
     RolloutState,
+    ServerState,
 )
 
 __all__ = ["RolloutLog", "RolloutRunner", "RouterSeam"]
@@ -45,9 +52,18 @@ EVENT_WAIT_S = 20.0
 REMOVAL_TIMEOUT_S = 60.0
 
 
-#: The phases of a replica that the router should hold.
-_IN = frozenset(
-    {ReplicaPhase.WAITING, ReplicaPhase.DONE, ReplicaPhase.UNCHANGED, ReplicaPhase.ROLLED_BACK}
+#: The phases of a replica this rollout has out of the router (or is taking out).
+_OUT = frozenset(
+    {ReplicaPhase.REMOVING, ReplicaPhase.DRAINING, ReplicaPhase.RESIZING, ReplicaPhase.ADDING}
+)
+#: The phases of a replica no runner has touched yet (or whose line ended): asked first.
+_UNTOUCHED = frozenset(
+    {
+        ReplicaPhase.WAITING,
+        ReplicaPhase.UNCHANGED,
+        ReplicaPhase.ROLLED_BACK,
+        ReplicaPhase.FAILED,
+    }
 )
 
 
@@ -96,6 +112,7 @@ class RolloutRunner:
         on_view: Callable[[RolloutView], None] = lambda view: None,
         event_wait_s: float = EVENT_WAIT_S,
         since: datetime | None = None,
+        members: Mapping[str, str] | None = None,
     ) -> None:
         self.fleet = fleet
         self.change = change
@@ -108,8 +125,14 @@ class RolloutRunner:
         self.event_wait_s = event_wait_s
         #: When the rollout started: a replica's operation is no older (less the clock skew).
         self.since = since
+        #: Every replica of the fleet by host, as the router reaches it: those this rollout
+        #: does not change count against max_unavailable too (the view's own are added).
+        self.members = dict(members or {})
         self._halted = threading.Event()
         self._lock = threading.Lock()
+        #: Held from the check that a replica may go out until its line says it is going, so
+        #: two replicas of one batch never both count the same free place.
+        self._out_lock = threading.Lock()
         self._view: RolloutView | None = None
 
     # -- the view ---------------------------------------------------------------------------
@@ -144,8 +167,20 @@ class RolloutRunner:
         """Carry ``view`` (new, or saved by a bot that stopped mid-way) to its end; after
         :meth:`halt`, the view as it stood, still running."""
         self._view = view
+        for line in view.replicas:
+            self.members.setdefault(line.host, line.url)
         todo = [r.host for r in view.replicas if r.phase is not ReplicaPhase.DONE]
         step = self.fleet.max_unavailable
+        silent = self._silent_agents([h for h in todo if view.replica(h).phase in _UNTOUCHED])
+        if silent:
+            for host, why in silent:
+                self._set(host, detail=f"not taken out: {why}")
+            names = ", ".join(f"{host}'s agent does not answer ({why})" for host, why in silent)
+            return self._finish(
+                RolloutState.STOPPED,
+                f"{names}; every agent is asked before a replica leaves the router, so none was "
+                "taken out",
+            )
         try:
             for start in range(0, len(todo), step):
                 batch = todo[start : start + step]
@@ -160,6 +195,21 @@ class RolloutRunner:
             assert self._view is not None
             return self._view
         return self._finish(RolloutState.DONE, None)
+
+    def _silent_agents(self, hosts: list[str]) -> list[tuple[str, str]]:
+        """Each of ``hosts`` whose agent does not answer its status, asked at once."""
+
+        def ask(host: str) -> tuple[str, str] | None:
+            try:
+                self.agents[host].status()
+            except AgentError as exc:
+                return host, str(exc)
+            return None
+
+        if not hosts:
+            return []
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            return [found for found in pool.map(ask, hosts) if found is not None]
 
     def _finish(self, state: RolloutState, reason: str | None) -> RolloutView:
         with self._lock:
@@ -199,6 +249,12 @@ class RolloutRunner:
         elif phase is ReplicaPhase.ADDING:
             operation = None  # the change is made; put it back
         else:
+            silent = self._silent_agents([host])
+            if silent:
+                why = silent[0][1]
+                self._set(host, detail=f"not taken out: {why}")
+                raise _Stop(f"{host} was not taken out of the router: its agent does not answer "
+                            f"({why})")  # fmt: skip
             self._wait_for_others(host, url)
             started = self.clock.monotonic()  # out of the router from here
             self._take_out(host, url)
@@ -206,24 +262,43 @@ class RolloutRunner:
         self._put_back(host, url, operation, started)
 
     def _wait_for_others(self, host: str, url: str) -> None:
-        """Until every other worker the router holds is healthy with its breaker closed: taking
-        ``host`` out while the others' breakers are open leaves the router nothing to send to."""
+        """Until every other worker the router holds is healthy with its breaker closed, and no
+        more replicas than ``max_unavailable`` allows are out with ``host``: taking ``host`` out
+        while the others' breakers are open leaves the router nothing to send to. Ends with
+        ``host``'s line saying it is being taken out."""
         started = self.clock.monotonic()
         shown = self._view.replica(host).detail if self._view else None
         while True:
             self._check_halt()
-            try:
-                workers = self.router.workers()
-                breakers, note = self._breakers()
-            except RouterError as exc:
-                self._set(host, detail=f"not taken out: {exc}")
-                raise _Stop(f"{host} could not be taken out of the router: {exc}") from exc
-            waiting = not_ready(workers, breakers, url, self._in_router(host))
-            if not waiting:
-                if note != shown:
-                    self._set(host, detail=note)
-                return
+            with self._out_lock:
+                try:
+                    workers = self.router.workers()
+                    breakers, note = self._breakers()
+                except RouterError as exc:
+                    self._set(host, detail=f"not taken out: {exc}")
+                    raise _Stop(f"{host} could not be taken out of the router: {exc}") from exc
+                waiting = not_ready(
+                    workers,
+                    breakers,
+                    url,
+                    expected=self._others(host),
+                    out=self._ours_out(host),
+                    may_be_out=self.fleet.max_unavailable - 1,
+                )
+                if not waiting:
+                    self._set(host, phase=ReplicaPhase.REMOVING, detail=note)
+                    return
             names = ", ".join(f"{self._host_of(w.url)} ({w.why})" for w in waiting)
+            stranded = self._stranded(w.url for w in waiting if w.why == "not in the router")
+            if stranded:
+                lost = "; ".join(f"{name} {why}" for name, why in stranded)
+                why = (
+                    f"the router does not have {names}, and nothing will put it back: {lost}; "
+                    f"taking {host} out too would leave more than max_unavailable = "
+                    f"{self.fleet.max_unavailable} replica(s) out"
+                )
+                self._set(host, detail=f"not taken out: {why}")
+                raise _Stop(f"{host} was not taken out of the router: {why}")
             waited = self.clock.monotonic() - started
             if waited >= self.fleet.breaker_timeout_s:
                 why = (
@@ -254,18 +329,35 @@ class RolloutRunner:
             )
         return found, None
 
-    def _in_router(self, host: str) -> tuple[str, ...]:
-        """The other replicas' URLs that should be in the router: all but those this rollout
-        has out (and a failed one, which stops it anyway)."""
+    def _others(self, host: str) -> tuple[str, ...]:
+        """Every other replica of the fleet, by URL: whatever has one out of the router, it
+        counts against max_unavailable."""
+        return tuple(url for name, url in self.members.items() if name != host)
+
+    def _ours_out(self, host: str) -> tuple[str, ...]:
+        """The other replicas this rollout has out of the router (or is taking out)."""
         assert self._view is not None
-        return tuple(r.url for r in self._view.replicas if r.host != host and r.phase in _IN)
+        return tuple(r.url for r in self._view.replicas if r.host != host and r.phase in _OUT)
 
     def _host_of(self, url: str) -> str:
-        assert self._view is not None
-        return next((r.host for r in self._view.replicas if r.url == url.rstrip("/")), url)
+        return next((h for h, u in self.members.items() if u == url.rstrip("/")), url)
+
+    def _stranded(self, urls: Iterable[str]) -> list[tuple[str, str]]:
+        """Of the replicas out of the router at ``urls``, those nothing will put back, and why:
+        its agent does not answer, its last operation failed, its server is down, or it serves
+        but was left out. One whose agent runs an operation may be put back by it: waited for."""
+        found = []
+        for url in urls:
+            host = self._host_of(url)
+            agent = self.agents.get(host)
+            if agent is None:
+                continue
+            why = _why_not_back(agent, f"'fleet {self.fleet.name} rejoin {host}'")
+            if why is not None:
+                found.append((host, why))
+        return found
 
     def _take_out(self, host: str, url: str) -> None:
-        self._set(host, phase=ReplicaPhase.REMOVING)
         try:
             self.router.remove(url)
             self._until(lambda: self.router.worker(url) is None, REMOVAL_TIMEOUT_S)
@@ -403,3 +495,21 @@ class RolloutRunner:
 
 def _healthy(worker: RouterWorker | None) -> bool:
     return worker is not None and worker.healthy
+
+
+def _why_not_back(agent: ReplicaAgent, rejoin: str) -> str | None:
+    """Why a replica out of the router will not come back on its own, as its agent tells it;
+    None while its agent runs an operation (which may end with it back)."""
+    try:
+        status: AgentStatus = agent.status()
+        running = status.operation
+        last = running or next(iter(agent.operations(1)), None)
+    except AgentError as exc:
+        return f"(its agent does not answer: {exc})"
+    if last is not None and not last.finished:
+        return None
+    if last is not None and last.state is OperationState.FAILED:
+        return f"(its agent's operation {last.id} failed: its server is down)"
+    if status.server_state is ServerState.RUNNING and status.health_code == 200:
+        return f"(it serves, but nothing put it back in the router: {rejoin} does)"
+    return f"(its server is {status.server_state.value}, health {status.health_code})"

@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from bot.store.records import RolloutReplicaRecord as ReplicaView
-from bot.vocab import FINAL_ROLLOUT_STATES, ReplicaPhase, RolloutState
+from bot.vocab import FINAL_ROLLOUT_STATES, OperationKind, ReplicaPhase, RolloutState
 
 __all__ = [
     "ReplicaFacts",
     "ReplicaView",
     "RolloutView",
+    "phase_label",
     "replica_facts",
 ]
 
@@ -59,6 +60,28 @@ class RolloutView:
     @property
     def finished(self) -> bool:
         return self.state in FINAL_ROLLOUT_STATES
+
+    @property
+    def undoable(self) -> bool:
+        """Whether ``rollback fleet`` would undo something of this rollout: only a resize
+        changes configs, and only its replicas that changed."""
+        changes_config = self.change not in (OperationKind.RESTART, OperationKind.ROLLBACK)
+        return changes_config and bool(self.changed)
+
+
+#: What a replica whose agent runs the rollout's operation is doing, by the rollout's change.
+_RUNNING_AS = {
+    OperationKind.RESTART.value: "restarting",
+    OperationKind.ROLLBACK.value: "rolling back",
+}
+
+
+def phase_label(view: RolloutView, line: ReplicaView) -> str:
+    """``line``'s phase as people read it: the agent's operation is a restart or a rollback in
+    those rollouts, a resize only in a resize."""
+    if line.phase is ReplicaPhase.RESIZING:
+        return _RUNNING_AS.get(view.change, line.phase.value)
+    return line.phase.value
 
 
 @dataclass(frozen=True)

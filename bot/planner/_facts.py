@@ -109,17 +109,65 @@ class ServerFacts:
 
 @dataclass(frozen=True)
 class HostMemory:
-    """Host RAM as the agent reads it, in bytes."""
+    """The server's memory domain as the agent reads it, in bytes.
+
+    ``available_bytes`` is the host's MemAvailable; ``server_held_bytes`` what stopping the
+    running server frees (each page once). When the server's cgroup sets a limit,
+    ``cgroup_path`` names the level that binds (``/system.slice/sglang.service``),
+    ``cgroup_limit_bytes`` its limit and ``cgroup_headroom_bytes`` what it leaves now (limit
+    less usage less reclaimable file pages). ``total_bytes`` is the host's RAM, when known.
+    """
 
     available_bytes: float
     server_held_bytes: float = 0
     cgroup_limit_bytes: float | None = None
+    cgroup_headroom_bytes: float | None = None
+    cgroup_path: str | None = None
+    total_bytes: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("available_bytes", "server_held_bytes", "cgroup_limit_bytes"):
+        for name in (
+            "available_bytes",
+            "server_held_bytes",
+            "cgroup_limit_bytes",
+            "cgroup_headroom_bytes",
+            "total_bytes",
+        ):
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise PlanInputError(f"{name.replace('_', ' ')} must be >= 0, not {value!r}")
+        if self.cgroup_headroom_bytes is not None and self.cgroup_limit_bytes is None:
+            raise PlanInputError("a cgroup headroom needs the cgroup's limit beside it")
+
+    @property
+    def host_after_stop_bytes(self) -> float:
+        """What the host alone has after the stop: MemAvailable plus what the stop frees,
+        never more than its RAM."""
+        free = self.available_bytes + self.server_held_bytes
+        return free if self.total_bytes is None else min(free, self.total_bytes)
+
+    @property
+    def cgroup_after_stop_bytes(self) -> float | None:
+        """What the server's cgroup allows after the stop: its headroom plus what the stop frees
+        inside it, never more than its limit; None without a limit."""
+        if self.cgroup_limit_bytes is None:
+            return None
+        if self.cgroup_headroom_bytes is None:
+            return self.cgroup_limit_bytes
+        return min(self.cgroup_headroom_bytes + self.server_held_bytes, self.cgroup_limit_bytes)
+
+    @property
+    def free_after_stop_bytes(self) -> float:
+        """What the domain can give the restarted server: the smaller of the two."""
+        cgroup = self.cgroup_after_stop_bytes
+        host = self.host_after_stop_bytes
+        return host if cgroup is None else min(host, cgroup)
+
+    @property
+    def cgroup_binds(self) -> bool:
+        """Whether the cgroup, not the host, sets what the domain gives."""
+        cgroup = self.cgroup_after_stop_bytes
+        return cgroup is not None and cgroup < self.host_after_stop_bytes
 
 
 def with_estimated_pool(

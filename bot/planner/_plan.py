@@ -2,8 +2,10 @@
 
 Budget rule (README.md, The budget rule)::
 
-    free after stop = available host RAM + RAM held by the running server's process tree
-                      (capped by the cgroup limit when there is one)
+    free after stop = min(available host RAM + what the restart frees (at most the host's RAM),
+                          the server's cgroup headroom + what the restart frees (at most the
+                          cgroup's limit)), as SGLang's available_host_memory_bytes; what the
+                      restart frees is each page once (PSS, or the server's own cgroup usage)
     budget          = free after stop - SGLang's 10 GiB reserve - headroom (default 40 GB)
     per rank        = every host pool of one rank (``_host_pools``): the KV host pool (a hybrid
                       model's full and sliding-window pools), a decode server's offload pool,
@@ -208,9 +210,7 @@ def make_plan(
         bytes_per_token = None if per_token is None else per_token.value
         estimate, server = with_estimated_pool(server, bytes_per_token)
     pool = _resolved_pool(server, per_token)
-    free_after_stop = memory.available_bytes + memory.server_held_bytes
-    if memory.cgroup_limit_bytes is not None:
-        free_after_stop = min(free_after_stop, memory.cgroup_limit_bytes)
+    free_after_stop = memory.free_after_stop_bytes
     headroom = headroom_gb * GB
     budget = free_after_stop - SGLANG_HOST_RESERVE_BYTES - headroom
     warnings: list[str] = list(bpt_warnings)
@@ -298,7 +298,9 @@ def make_plan(
             refused_by = RefusedBy.BUDGET
             reason = reason[:-1] + suggestion(request, largest_size, largest_ratio) + "."
     expected = None
-    if size is not None:
+    if size is not None and verdict is Verdict.FITS:
+        # A refused change never starts: a startup time for it ("~909:04" for 99,999 GB a
+        # rank) reads as a promise.
         expected = estimate_startup_seconds(history, size.bytes / GB)
     return Plan(
         request=request,

@@ -99,18 +99,31 @@ def budget_sentence(
 ) -> str:
     """ "ratio 4 needs 8 ranks x 44.75 GB = 358.0 GB; 445.0 GB free after stop - 10.7 GB SGLang
     reserve - 40.0 GB headroom leaves 394.3 GB: fits with 36.3 GB to spare." With extra host
-    pools, each rank's figure shows them: "4 ranks x (126.61 GB KV + 29.03 GB DSA indexer)"."""
+    pools, each rank's figure shows them: "4 ranks x (126.61 GB KV + 29.03 GB DSA indexer)".
+    When the server's cgroup gives less than the host, the figure says so, and a refusal
+    starts with it: "the server's cgroup /system.slice/sglang.service allows 64.0 GB: ..."."""
     free = f"{free_after_stop / GB:.1f} GB free after stop"
-    if memory.server_held_bytes:
+    cgroup = f"the server's cgroup {memory.cgroup_path or ''}".rstrip()
+    named = left < 0  # a refusal names the cgroup first; the figures then say "the cgroup"
+    if memory.cgroup_binds:
+        assert memory.cgroup_limit_bytes is not None
+        limit = f"limit {memory.cgroup_limit_bytes / GB:.1f} GB"
+        if memory.cgroup_headroom_bytes is None:
+            free += f" (capped by {'the cgroup' if named else cgroup}'s {limit}"
+        else:
+            free += f" ({memory.cgroup_headroom_bytes / GB:.1f} headroom"
+            if memory.server_held_bytes:
+                free += f" + {memory.server_held_bytes / GB:.1f} released by the restart"
+            free += f" in {'the cgroup' if named else cgroup}, {limit}"
+        free += f"; the host alone has {memory.host_after_stop_bytes / GB:.1f})"
+    elif memory.server_held_bytes:
         free += (
             f" ({memory.available_bytes / GB:.1f} available + "
             f"{memory.server_held_bytes / GB:.1f} released by the restart"
         )
         if free_after_stop < memory.available_bytes + memory.server_held_bytes:
-            free += ", capped by the cgroup limit"
+            free += ", capped by the host's RAM"
         free += ")"
-    elif free_after_stop < memory.available_bytes:
-        free += " (capped by the cgroup limit)"
     outcome = (
         f"fits with {left / GB:.1f} GB to spare"
         if left >= 0
@@ -120,7 +133,10 @@ def budget_sentence(
     if extras:
         parts = "".join(f" + {b / GB:.2f} GB {name}" for name, b in extras.items())
         per_rank = f"({per_rank} KV{parts})"
-    return (
+    allows = ""
+    if memory.cgroup_binds and named:
+        allows = f"{cgroup} allows {free_after_stop / GB:.1f} GB: "
+    return allows + (
         f"{request.phrase()} needs {ranks} rank{'s' if ranks != 1 else ''} x "
         f"{per_rank} = {total / GB:.1f} GB; {free} - "
         f"{SGLANG_HOST_RESERVE_BYTES / GB:.1f} GB SGLang reserve - {headroom / GB:.1f} GB headroom "

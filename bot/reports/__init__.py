@@ -14,6 +14,7 @@ from __future__ import annotations
 from bot.reports.cadence import Cadence
 from bot.reports.chart import CHART_PX, alt_text, chart_window, render_chart
 from bot.reports.model import (
+    MEMORY_NOTICE_WINDOW,
     ConfigChange,
     GpuMemory,
     HostReport,
@@ -26,6 +27,7 @@ from bot.reports.settings import RecommendRules, ReportSettings, load_report_set
 
 __all__ = [
     "CHART_PX",
+    "MEMORY_NOTICE_WINDOW",
     "Assessment",
     "Cadence",
     "Candidate",

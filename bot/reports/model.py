@@ -8,13 +8,15 @@ GB are 1e9 bytes, as the agent and the planner count them; fractions are 0..1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from bot._agent_memory import AgentMemoryNotice
 from bot.hicache import HiCacheSetting
 from bot.prometheus import ServerMetrics
 from bot.store.records import CapacitySample
 
 __all__ = [
+    "MEMORY_NOTICE_WINDOW",
     "ConfigChange",
     "GpuMemory",
     "HostReport",
@@ -24,6 +26,8 @@ __all__ = [
 ]
 
 GB = 1e9
+#: How far back a report lists the memory notices the agent kept.
+MEMORY_NOTICE_WINDOW = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,10 @@ class HostReport:
     metrics: ServerMetrics | None = None
     last_operation: LastOperation | None = None
     changes: tuple[ConfigChange, ...] = ()  # configs that became ready, oldest first
+    # The post-ready memory watch's notices of the last MEMORY_NOTICE_WINDOW, oldest first, and
+    # whether the server's headroom is under the guard's floor now.
+    memory_notices: tuple[AgentMemoryNotice, ...] = ()
+    memory_below_floor: bool = False
 
     @property
     def answered(self) -> bool:

@@ -12,7 +12,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["HICACHE_RADIX_CONFLICT", "build_parser", "parse_server_args", "server_args_repr"]
+from bot.sim import _lines
+
+__all__ = [
+    "HICACHE_RADIX_CONFLICT",
+    "build_parser",
+    "host_memory_mode_error",
+    "parse_server_args",
+    "server_args_repr",
+]
 
 #: SGLang's ValueError when HiCache and --disable-radix-cache are both given.
 HICACHE_RADIX_CONFLICT = (
@@ -74,7 +82,9 @@ def build_parser(version: tuple[int, ...]) -> argparse.ArgumentParser:
     if version >= (0, 5, 10):
         hicache_names.append("--enable-hicache")
     add(*hicache_names, dest="enable_hierarchical_cache", action="store_true")
-    add("--hicache-ratio", type=float, default=2.0)
+    # 0.5.23 resolves an unset ratio after parsing (cache 2.0, buffer_only 1.2, a decode
+    # server's retraction backup later), and an explicit one turns auto-sizing off.
+    add("--hicache-ratio", type=float, default=None if version >= (0, 5, 20) else 2.0)
     add("--hicache-size", type=int, default=0)
     add(
         "--hicache-write-policy",
@@ -97,17 +107,54 @@ def build_parser(version: tuple[int, ...]) -> argparse.ArgumentParser:
     add("--hicache-storage-backend", type=str, default=None)
     if version >= (0, 5, 20):
         add("--hicache-host-memory-fraction", type=float, default=0.8)
+        add("--hicache-host-memory-mode", type=str, default="cache")
+        add("--hicache-storage-backend-extra-config", type=str, default=None)
+        modes = ["null", "prefill", "decode"]
+        add("--disaggregation-mode", type=str, choices=modes, default="null")
+        add("--disaggregation-decode-enable-offload-kvcache", action="store_true")
     return parser
 
 
 def parse_server_args(argv: Sequence[str], version: tuple[int, ...]) -> argparse.Namespace:
     """Parse like SGLang (exit 2 with usage on stderr when argparse refuses), then fill defaults."""
     args = build_parser(version).parse_args(list(argv))
+    if version >= (0, 5, 20):
+        _resolve_hicache_ratio(args)
     if args.tokenizer_path is None:
         args.tokenizer_path = args.model_path
     if args.served_model_name is None:
         args.served_model_name = args.model_path
     return args
+
+
+def _resolve_hicache_ratio(args: argparse.Namespace) -> None:
+    """0.5.23's ``handle_hicache_ratio_default`` (``arg_groups/hicache_hook.py``): an unset
+    ratio becomes 1.2 under buffer_only, else 2.0 (a decode server's is resolved once its pool
+    is built); an explicit ratio or size sets the fraction to None, which turns auto-sizing
+    off."""
+    explicit = args.hicache_ratio is not None or args.hicache_size > 0
+    if args.hicache_ratio is None and args.disaggregation_mode != "decode":
+        args.hicache_ratio = 1.2 if args.hicache_host_memory_mode == "buffer_only" else 2.0
+    if explicit:
+        args.hicache_host_memory_fraction = None
+
+
+def host_memory_mode_error(args: argparse.Namespace) -> str | None:
+    """0.5.23's ``validate_hicache_host_memory_mode`` (``arg_groups/hicache_hook.py``), run when
+    a host pool is on the way (HiCache, or a decode server): the ValueError's text, or None."""
+    mode = getattr(args, "hicache_host_memory_mode", None)
+    if mode is None:
+        return None  # a version without the flag
+    decode = args.disaggregation_mode == "decode"
+    if not (args.enable_hierarchical_cache or decode):
+        return None
+    if mode not in ("cache", "buffer_only"):
+        return _lines.host_memory_mode_error(mode)
+    if mode == "buffer_only" and args.hicache_storage_backend is None:
+        return _lines.BUFFER_ONLY_NEEDS_STORAGE
+    if mode == "buffer_only" and decode:
+        return _lines.BUFFER_ONLY_ON_DECODE
+    return None
 
 
 def server_args_repr(args: argparse.Namespace, overrides: dict[str, Any], new: bool) -> str:

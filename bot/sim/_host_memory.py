@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import NoReturn
 
 from bot.sim import _lines
 from bot.sim._simulation import Simulation
-from bot.sim._sizing import RESERVE_BYTES, HostPool
+from bot.sim._sizing import (
+    GIB,
+    RESERVE_BYTES,
+    HostPool,
+    auto_size,
+    headroom,
+    mooncake_segment_bytes,
+)
 from bot.sim._state import read_host_state
 from bot.sim._tracebacks import main_traceback, scheduler_traceback
 
@@ -27,7 +36,10 @@ def host_pool_phase(sim: Simulation, pool: HostPool) -> None:
     )
     available = sim.p.ram_available_bytes - others - sim.host_bytes
     if sim.s.version_tuple >= (0, 5, 20):
+        available = _headroom(sim, available)
         budget = (available - RESERVE_BYTES) // len(sim.ranks)
+        if sim.auto_size:
+            pool, budget = _auto_size(sim, available)
     else:
         budget = available - RESERVE_BYTES
     if pool.bytes > budget:
@@ -52,7 +64,72 @@ def host_pool_phase(sim: Simulation, pool: HostPool) -> None:
         line = _lines.allocating_host_extra(name, extra / 1e9)
         sim.each_line(line)
         pinned += extra
+    segment = _mooncake_segment(sim)
+    if segment:
+        # The store's segment is host RAM outside SGLang's budget check, registered per rank.
+        given = getattr(sim.args, "hicache_storage_backend_extra_config", None)
+        sim.each_line(_lines.mooncake_config_loaded("extra_config" if given else "env"))
+        sim.each_line(_lines.MOONCAKE_SETUP)
+    pinned += segment
     _pin(sim, pinned * len(sim.ranks), pinned / 1e9 / sim.p.pin_gb_per_s)
+
+
+def _mooncake_segment(sim: Simulation) -> int:
+    """Bytes of Mooncake's global segment one rank registers: ``global_segment_size`` (from
+    ``--hicache-storage-backend-extra-config``, JSON or ``@file``; default 4 GiB) divided by
+    TP x PP (``srt/mem_cache/storage/mooncake_store/mooncake_store.py``); 0 for another backend."""
+    if sim.args.hicache_storage_backend != "mooncake":
+        return 0
+    text = getattr(sim.args, "hicache_storage_backend_extra_config", None)
+    config: dict[str, object] = {}
+    if text:
+        raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+        loaded = json.loads(raw)
+        if isinstance(loaded, dict):
+            config = loaded
+    size = mooncake_segment_bytes(config.get("global_segment_size", "4gb"))
+    return size // int(sim.args.tp_size * sim.args.pp_size)
+
+
+def _headroom(sim: Simulation, host_available: int) -> int:
+    """0.5.23's allocatable RAM: in a memory cgroup, the least of host and cgroup room, both
+    logged by every rank. The server is alone in its cgroup: its usage is its own RAM."""
+    limit = sim.p.cgroup_limit_bytes
+    if limit is None:
+        return host_available
+    room = headroom(host_available, limit, sim.host_bytes)
+    cgroup_room = max(0, limit - sim.host_bytes)
+    sim.each_rank(lambda r: _lines.memory_headroom(host_available, cgroup_room))
+    return room
+
+
+def _auto_size(sim: Simulation, available: int) -> tuple[HostPool, int]:
+    """Neither ratio nor size given: the ratio lowered until the pools fit the budget (logged by
+    every rank), the pool at that ratio, and the budget it is checked against."""
+    sized = auto_size(
+        sim.ratio or 2.0,
+        float(sim.args.hicache_host_memory_fraction),
+        available,
+        len(sim.ranks),
+        sim.device_pool_bytes,
+    )
+    if sized.ratio <= 0:
+        sim.die(sim.ranks[0], "host_pool", f"ValueError: {_lines.AUTO_SIZING_NOTHING_LEFT}")
+    sim.each_rank(
+        lambda r: _lines.auto_sizing(
+            sized.requested,
+            sized.ratio,
+            sized.budget_bytes / GIB,
+            sized.fraction,
+            sized.ranks,
+            sized.pools_gib,
+        )
+    )
+    sim.ratio = sized.ratio
+    pool = sim.host_pool_at(sized.ratio)
+    sim.pool = pool
+    sim.load.host_tokens = pool.tokens
+    return pool, sized.budget_bytes
 
 
 def _pin(sim: Simulation, total_bytes: int, pin_s: float) -> None:
@@ -69,8 +146,11 @@ def _pin(sim: Simulation, total_bytes: int, pin_s: float) -> None:
             for s in read_host_state(sim.p, sim.s.state_dir).servers
             if s.pid != sim.pid
         )
-        if others + sim.host_bytes > sim.p.ram_available_bytes:
-            _oom_killed(sim)
+        limit = sim.p.cgroup_limit_bytes
+        if others + sim.host_bytes > sim.p.ram_available_bytes or (
+            limit is not None and sim.host_bytes > limit
+        ):
+            _oom_killed(sim)  # the host's OOM killer, or the cgroup's
 
 
 def _oom_killed(sim: Simulation) -> NoReturn:

@@ -142,6 +142,76 @@ def allocating_host_extra(name: str, gb: float) -> str:
     return f"Allocating {gb:.2f} GB host memory for {name} (layout=page_first)."
 
 
+def memory_headroom(host_bytes: int, cgroup_bytes: int) -> str:
+    """0.5.23 in a memory cgroup (``srt/mem_cache/host_memory.py``), e.g.
+    ``HiCache memory headroom: host 55.0 GiB, cgroup 15.0 GiB``."""
+    return (
+        f"HiCache memory headroom: host {host_bytes / 1024**3:.1f} GiB, "
+        f"cgroup {cgroup_bytes / 1024**3:.1f} GiB"
+    )
+
+
+def auto_sizing(
+    requested: float, ratio: float, budget_gib: float, fraction: float, ranks: int, pools_gib: float
+) -> str:
+    """0.5.23 without --hicache-ratio or --hicache-size (``srt/mem_cache/hicache_auto_size.py``),
+    e.g. ``HiCache auto-sizing: ratio 2.000 -> 1.234; 20.0 GiB host memory per rank (fraction
+    0.80, 2 ranks on this host), host pools 12.3 GiB.``"""
+    return (
+        f"HiCache auto-sizing: ratio {requested:.3f} -> {ratio:.3f}; {budget_gib:.1f} GiB host "
+        f"memory per rank (fraction {fraction:.2f}, {ranks} ranks on this host), host pools "
+        f"{pools_gib:.1f} GiB."
+    )
+
+
+#: 0.5.23's auto-sizing with no host RAM left over the reserve.
+AUTO_SIZING_NOTHING_LEFT = (
+    "No host memory is left for HiCache after the 10 GiB reserve; "
+    "set --hicache-ratio or --hicache-size explicitly."
+)
+#: 0.5.23's check of --hicache-host-memory-mode buffer_only (``arg_groups/hicache_hook.py``).
+BUFFER_ONLY_NEEDS_STORAGE = (
+    "--hicache-host-memory-mode buffer_only requires a storage backend "
+    "(--hicache-storage-backend): host memory is only a staging buffer "
+    "and all cached data lives in storage."
+)
+
+BUFFER_ONLY_ON_DECODE = (
+    "--hicache-host-memory-mode buffer_only is not supported on "
+    "decode instances: the decode-side prefetch and offload paths "
+    "bypass the buffer-mode pipeline, fetching without its prefix "
+    "context and never consuming its staged holds. Prefill "
+    "instances share the standard scheduler path and are supported."
+)
+
+
+#: Mooncake's store, configured from --hicache-storage-backend-extra-config and set up
+#: (``srt/mem_cache/storage/mooncake_store/mooncake_store.py``).
+MOONCAKE_SETUP = "Mooncake store setup successfully."
+
+
+def mooncake_config_loaded(source: str) -> str:
+    return f"Mooncake Configuration loaded from {source} successfully."
+
+
+def host_memory_mode_error(mode: str) -> str:
+    return f"hicache_host_memory_mode must be 'cache' or 'buffer_only', got {mode!r}"
+
+
+def use_swa_pool(full_tokens: int, swa_tokens: int) -> str:
+    """A hybrid SWA model's pool split (``srt/model_executor/pool_configurator.py``)."""
+    return (
+        f"Use sliding window memory pool. full_layer_tokens={full_tokens}, "
+        f"swa_layer_tokens={swa_tokens}"
+    )
+
+
+def swa_pool_usage(gb: float, swa_tokens: int, full_tokens: int) -> str:
+    """``SWAKVPool mem usage: 5.14 GB, swa size: 26397, full size: 32997``
+    (``srt/mem_cache/swa_memory_pool.py``)."""
+    return f"SWAKVPool mem usage: {gb:.2f} GB, swa size: {swa_tokens}, full size: {full_tokens}"
+
+
 def host_memory_error(requested_gb: float, free_gb: float) -> str:
     return (
         f"Not enough host memory available. Requesting {requested_gb:.2f} GB but only have "

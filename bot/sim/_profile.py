@@ -91,12 +91,25 @@ class HostProfile:
     draft_kv_bytes_per_token: int = 0
     hybrid_pools: tuple[HybridPool, ...] = ()
     host_extra_pools: tuple[tuple[str, int], ...] = ()
+    #: The memory cgroup the server runs in (``memory.max`` / ``memory.limit_in_bytes``), GB;
+    #: None: no limit. SGLang 0.5.23 sizes against min(host, cgroup room) and logs both.
+    cgroup_limit_gb: float | None = None
+    #: Host RAM each of the server's processes maps shared with the others (torch's libraries,
+    #: shared memory), GB: counted once in the tree's PSS, once per process in its RSS.
+    shared_gb: float = 0.0
+    #: The one hybrid pool is a sliding-window pool: 0.5.23 logs the SWA split and the
+    #: SWAKVPool's usage instead of two unrelated pools.
+    swa_pool: bool = False
     description: str = ""
     source: str = ""
 
     @property
     def ram_total_bytes(self) -> int:
         return int(self.ram_total_gb * 1e9)
+
+    @property
+    def cgroup_limit_bytes(self) -> int | None:
+        return None if self.cgroup_limit_gb is None else int(self.cgroup_limit_gb * 1e9)
 
     @property
     def ram_available_bytes(self) -> int:
@@ -173,6 +186,7 @@ _FLOATS = (
     "default_mem_fraction_static",
 )
 _OPTIONAL_FLOATS = (
+    "shared_gb",
     "pin_gb_per_s",
     "server_ram_gb_per_rank",
     "server_ram_gb_main",
@@ -248,6 +262,21 @@ def _model_shapes(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
             'token, e.g. {"DSA indexer": 10296}'
         )
     out["host_extra_pools"] = tuple((str(k), int(v)) for k, v in extras.items())
+    limit = raw.get("cgroup_limit_gb")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:
+            raise SimError(
+                f"host profile {source!r}: cgroup_limit_gb must be a number of GB > 0 "
+                "(or absent for no limit)"
+            )
+        out["cgroup_limit_gb"] = float(limit)
+    swa = raw.get("swa_pool", False)
+    if not isinstance(swa, bool) or (swa and len(pools) != 1):
+        raise SimError(
+            f"host profile {source!r}: swa_pool must be true or false, and true needs exactly "
+            "one hybrid_pools entry (the sliding-window pool)"
+        )
+    out["swa_pool"] = swa
     return out
 
 

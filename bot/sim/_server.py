@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from bot.errors import SimError
-from bot.sim._args import HICACHE_RADIX_CONFLICT, parse_server_args
+from bot.sim._args import HICACHE_RADIX_CONFLICT, host_memory_mode_error, parse_server_args
 from bot.sim._output import Log
 from bot.sim._serving import serve, terminate
 from bot.sim._settings import load_settings
@@ -33,6 +33,9 @@ def run(sim: Simulation) -> int:
             str(r.gpu): "sglang::scheduler" + r.prefix.replace(" ", "_") for r in sim.ranks
         },
         "host_bytes": sim.host_bytes,
+        # Shared mappings (torch's libraries, shared memory) are part of host_bytes, once.
+        "shared_bytes": int(sim.p.shared_gb * 1e9),
+        "processes": len(sim.ranks) + 2,  # the main process, the schedulers, the detokenizer
         "gpu_bytes": {},
         "started_at": time.time(),
         "release_after_s": sim.s.seconds(sim.p.leftover_release_s),
@@ -84,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     if args.enable_hierarchical_cache and args.disable_radix_cache:
         log.err(main_traceback(_SERVER_ARGS_FRAMES, f"ValueError: {HICACHE_RADIX_CONFLICT}"))
+        return 1
+    mode_error = host_memory_mode_error(args)
+    if mode_error is not None:
+        log.err(main_traceback(_SERVER_ARGS_FRAMES, f"ValueError: {mode_error}"))
         return 1
     sim = Simulation(settings, args, log)
     signal.signal(signal.SIGTERM, lambda signum, frame: sim.stop.set())

@@ -24,7 +24,14 @@ from bot.sim._http import HttpFront, ServerView
 from bot.sim._load import LoadModel
 from bot.sim._output import Log
 from bot.sim._settings import SimSettings
-from bot.sim._sizing import GIB, HostPool, host_pool, kv_gib
+from bot.sim._sizing import (
+    BACKUP_ONLY_RATIO,
+    GIB,
+    HostPool,
+    decode_backup_ratio,
+    host_pool,
+    kv_gib,
+)
 from bot.sim._state import StateStore
 from bot.sim._tracebacks import scheduler_traceback
 
@@ -95,15 +102,30 @@ class Simulation:
             else 0.0
         )
         self.pool: HostPool | None = None
-        if args.enable_hierarchical_cache:
-            self.pool = host_pool(
-                tokens,
-                self.p.kv_bytes_per_token,
-                args.hicache_ratio,
-                args.hicache_size,
-                args.page_size,
-                factor=settings.failures.host_pool_x,
+        self.ratio: float | None = args.hicache_ratio
+        # 0.5.23: a decode server keeps a host pool to back retracted requests up, HiCache on
+        # or not (``kv_cache_builder.py``): on MHA, unless offload owns one already.
+        self.decode_backup = (
+            getattr(args, "disaggregation_mode", "null") == "decode"
+            and not args.enable_hierarchical_cache
+            and not args.disaggregation_decode_enable_offload_kvcache
+            and self.p.attention.upper() == "MHA"
+        )
+        if self.decode_backup and self.ratio is None:
+            self.ratio = (
+                decode_backup_ratio(tokens, self.p.context_len, args.page_size)
+                if args.hicache_size == 0
+                else BACKUP_ONLY_RATIO
             )
+        elif self.ratio is None:
+            self.ratio = 2.0  # a decode server with HiCache: the standard default
+        # Auto-sizing lowers the ratio once the host's headroom is read (the host pool phase).
+        self.auto_size = (
+            settings.version_tuple >= (0, 5, 20)
+            and getattr(args, "hicache_host_memory_fraction", None) is not None
+        )
+        if args.enable_hierarchical_cache or self.decode_backup:
+            self.pool = self.host_pool_at(self.ratio)
         self.chunked = args.chunked_prefill_size or self.p.chunked_prefill_size
         self.max_running = args.max_running_requests or self.p.max_running_requests
         self.context_len = args.context_length or self.p.context_len
@@ -127,6 +149,28 @@ class Simulation:
         self.view: ServerView | None = None
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def host_pool_at(self, ratio: float) -> HostPool:
+        """One rank's host pool at ``ratio`` (or the explicit size)."""
+        return host_pool(
+            self.device_tokens,
+            self.p.kv_bytes_per_token,
+            ratio,
+            self.args.hicache_size,
+            self.args.page_size,
+            factor=self.s.failures.host_pool_x,
+        )
+
+    @property
+    def device_pool_bytes(self) -> int:
+        """The device bytes 0.5.23's auto-sizing scales by the ratio: the KV pools (a hybrid
+        model's all of them) and a draft model's, each with its padding page."""
+        page = int(self.args.page_size)
+        total = (self.device_tokens + page) * self.p.kv_bytes_per_token
+        total += sum((tokens + page) * per_token for tokens, per_token in self.hybrid)
+        if self.p.draft_kv_bytes_per_token:
+            total += (self.device_tokens + page) * self.p.draft_kv_bytes_per_token
+        return total
 
     def sleep(self, at_real_time: float) -> None:
         if self.stop.wait(self.s.seconds(at_real_time)):

@@ -52,6 +52,10 @@ def start_up(sim: Simulation) -> None:
     sim.sleep(p.phase("kv_pool"))
     mha = p.attention.upper() == "MHA"
     hybrid_gib = 0.0
+    swa = p.swa_pool and new
+    if swa:
+        swa_tokens = sim.hybrid[0][0]
+        sim.each_rank(lambda r: _lines.use_swa_pool(sim.device_tokens, swa_tokens))
     for tokens, per_token in sim.hybrid:
         size = kv_gib(tokens, per_token, args.page_size)
         hybrid_gib += size
@@ -60,6 +64,9 @@ def start_up(sim: Simulation) -> None:
     sim.each_rank(
         lambda r: _lines.kv_allocated(new, p.kv_cache_dtype, sim.device_tokens, sim.kv_gib, mha)
     )
+    if swa:
+        usage = sim.kv_gib + hybrid_gib
+        sim.each_rank(lambda r: _lines.swa_pool_usage(usage, swa_tokens, sim.device_tokens))
     avail -= sim.kv_gib + hybrid_gib + p.other_pools_gib
     sim.set_gpu(sim.gpu_gib + sim.kv_gib + hybrid_gib + p.other_pools_gib)
     sim.each_rank(lambda r: _lines.memory_pool_end(avail))

@@ -57,9 +57,25 @@ class SimGpu:
 
 @dataclass(frozen=True)
 class SimServerRecord:
+    """A live simulated server: the RAM it holds (each page once), and the pages its
+    ``processes`` (main, one scheduler per rank, the detokenizer) map in common."""
+
     pid: int
     host_bytes: int
     started_at: float
+    shared_bytes: int = 0
+    processes: int = 1
+
+    @property
+    def pss_bytes(self) -> int:
+        """The tree's proportional set size: shared pages split among their processes, so the
+        sum over the tree counts each page once (``/proc/PID/smaps_rollup``'s ``Pss``)."""
+        return self.host_bytes
+
+    @property
+    def rss_bytes(self) -> int:
+        """The sum of the tree's resident set sizes: every process counts the shared pages."""
+        return self.host_bytes + self.shared_bytes * (self.processes - 1)
 
 
 @dataclass(frozen=True)
@@ -194,7 +210,13 @@ def read_host_state(
         for i, procs in sorted(per_gpu.items())
     )
     servers = tuple(
-        SimServerRecord(int(r["pid"]), int(r["host_bytes"]), float(r["started_at"]))
+        SimServerRecord(
+            int(r["pid"]),
+            int(r["host_bytes"]),
+            float(r["started_at"]),
+            shared_bytes=int(r.get("shared_bytes", 0)),
+            processes=int(r.get("processes", 1)),
+        )
         for r in records
         if r["alive"] and r.get("kind") == "server"
     )

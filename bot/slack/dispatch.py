@@ -5,6 +5,10 @@ Bolt's listener threads are few and shared (five by default), and Slack wants an
 3 s: a listener acks first, then calls :meth:`Dispatch.command` or :meth:`Dispatch.click`,
 which only read the payload and submit the work. Agent calls, long-polls and restarts run in
 the executor's threads and the core's watchers, never in a listener thread.
+
+A handler that fails unexpectedly still answers: the person gets an error naming the command
+and the failure (:func:`bot.slack.messages.command_failed`), and the traceback is logged once.
+Nothing is left unanswered, and the future holds that answer, not the exception.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from typing import Any
 
 from bot.chat.core import ChatCore
 from bot.chat.policy import Actor
-from bot.chat.replies import Reply
+from bot.chat.replies import ProblemReply, Reply
 from bot.slack.front import Origin, SlackFrontEnd
+from bot.slack.messages import command_failed
 from bot.slack.spec import APPLY_ACTION, CANCEL_ACTION
 
 __all__ = ["Dispatch"]
@@ -77,16 +82,28 @@ class Dispatch:
         return self._executor.submit(self._run, text, origin)
 
     def _run(self, text: str, origin: Origin) -> Reply:
+        answered = False
+        answer = self._front.answer(origin)
+
+        def reply_to(actor: Actor, reply: Reply) -> None:
+            nonlocal answered
+            answered = True
+            answer(actor, reply)
+
         try:
+            actor = self._actors(origin.user)
             return self._core.handle(
-                text,
-                self._actors(origin.user),
-                channel=self._front.channel_for(origin),
-                reply_to=self._front.answer(origin),
+                text, actor, channel=self._front.channel_for(origin), reply_to=reply_to
             )
-        except Exception:
+        except Exception as exc:
             log.exception("the command %r from %s failed", text[:80], origin.user)
-            raise
+            failed = ProblemReply(command_failed(text, exc))
+            if not answered:
+                try:
+                    answer(Actor(origin.user), failed)
+                except Exception:
+                    log.warning("the failure of %r could not be answered", text[:80])
+            return failed
 
 
 def _text(value: object) -> str | None:

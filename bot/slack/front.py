@@ -42,10 +42,12 @@ from bot.chat.replies import (
     HelpReply,
     HistoryReply,
     HostsReply,
+    MemoryNoticeReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
     RefusalReply,
+    RejoinReply,
     Reply,
     ReportReply,
     ReportScheduledReply,
@@ -142,6 +144,8 @@ class SlackFrontEnd:
             self._private(origin, messages.ephemeral("usage", reply.reason, reply.usage))
         elif isinstance(reply, ProblemReply):
             self._private(origin, messages.ephemeral("error", reply.text))
+        elif isinstance(reply, MemoryNoticeReply):
+            self._post(origin.channel, messages.memory_notice(reply))
         elif isinstance(reply, RefusalReply):
             self._private(origin, messages.ephemeral("refused", reply.text))
             self._close_refused(reply)
@@ -157,6 +161,8 @@ class SlackFrontEnd:
             self._close(reply.proposal_id, messages.cancelled_line(reply.by))
         elif isinstance(reply, FleetProposalReply | FleetRefusalReply | FleetsReply | RolloutReply):
             self._route_fleet(origin, reply)
+        elif isinstance(reply, RejoinReply):
+            self._visible(origin, [rollout_messages.rejoined(reply)])
         else:
             assert isinstance(reply, OperationReply)
             # The operation's own message (the proposal's) shows it from now on; every other
@@ -222,6 +228,8 @@ class SlackFrontEnd:
         for view in reply.hosts:
             if view.proposal is not None:
                 self._post_proposal(origin, view.proposal)
+            if isinstance(view.fleet_proposal, FleetProposalReply):
+                self._route_fleet(origin, view.fleet_proposal)
 
     def _void_others(self, reply: OperationReply) -> None:
         place = self._book.operation(reply.watch.host, reply.operation.id)

@@ -23,7 +23,13 @@ from datetime import datetime
 from bot.agent_json import AgentPlan, AgentStatus
 from bot.chat.audit import HistoryEntry, Watch
 from bot.chat.progress import Cause, PhaseDone, ProgressView
-from bot.chat.replies import HostAnswer, HostsReply, ProposalReply, StatusReply
+from bot.chat.replies import (
+    HostAnswer,
+    HostsReply,
+    MemoryNoticeReply,
+    ProposalReply,
+    StatusReply,
+)
 from bot.chat.wording import PHASE_LABEL, hhmm
 from bot.chat.wording import clock as _clock
 from bot.chat.wording import count as _count
@@ -48,11 +54,13 @@ __all__ = [
     "NOT_A_MEMBER_ERRORS",
     "cancelled_line",
     "closed_proposal",
+    "command_failed",
     "ephemeral",
     "expired_line",
     "help_message",
     "history_pages",
     "hosts_message",
+    "memory_notice",
     "notice",
     "post_failed",
     "progress",
@@ -289,6 +297,21 @@ def unreachable(watch: Watch, since: datetime) -> SlackMessage:
     return message(line, [context(f":electric_plug: {line}")])
 
 
+def memory_notice(reply: MemoryNoticeReply) -> SlackMessage:
+    """The post-ready watch's notice, once per crossing, in the channel of the host's last
+    operation: the headroom, the floor, and that nothing was restarted."""
+    notice = reply.notice
+    about = "" if reply.operation_id is None else f" (last operation #{reply.operation_id})"
+    head = f":warning: *{reply.host}*: memory notice at {hhmm(notice.at)}{about}"
+    figures = (
+        f"headroom {notice.headroom_gb:.1f} GB ({notice.where}), floor {notice.floor_gb:.1f} GB"
+    )
+    if notice.cgroup_limit_gb is not None:
+        figures += f", cgroup limit {notice.cgroup_limit_gb:.1f} GB"
+    text = f"{reply.host}: memory notice at {hhmm(notice.at)}: {notice.message}"
+    return message(text, [section(f"{head}\n{notice.message}"), context(figures)])
+
+
 # -- other commands --------------------------------------------------------------------------
 
 
@@ -336,7 +359,14 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
                 f"{_num(status.host_gb_per_rank)} GB/rank x {status.ranks or '?'}",
                 f"*Host RAM*\n{_num(status.ram_available_gb, 1)} of "
                 f"{_num(status.ram_total_gb, 1)} GB free; "
-                f"{_num(status.ram_server_held_gb, 1)} GB held by the server",
+                f"{_num(status.ram_server_held_gb, 1)} GB held by the server"
+                + (
+                    ""
+                    if status.ram_cgroup_limit_from is None
+                    else f"; cgroup {status.ram_cgroup_limit_from} limit "
+                    f"{_num(status.ram_cgroup_limit_gb, 1)} GB, "
+                    f"{_num(status.ram_headroom_gb, 1)} GB headroom"
+                ),
                 f"*GPUs*\n{_gpus(status)}",
                 f"*Operation*\n{running}",
             ]
@@ -430,6 +460,16 @@ def ephemeral(kind: str, text: str, usage: str | None = None) -> SlackMessage:
         blocks.append(context(f"usage: `/kimi {usage}`"))
     plain = f"{kind}: {text}" if icon else text
     return message(plain + (f" (usage: /kimi {usage})" if usage else ""), blocks)
+
+
+def command_failed(text: str, exc: BaseException) -> str:
+    """What a person reads when their command failed inside kimi-ops (the log has the rest)."""
+    shown = text if len(text) <= 80 else text[:80] + "..."
+    why = str(exc) or type(exc).__name__
+    return (
+        f"`{shown}` failed inside kimi-ops ({type(exc).__name__}: {why[:300]}). The bot's log "
+        "has the traceback; check `status` or `fleets` before trying again"
+    )
 
 
 #: Slack's errors for a channel the bot may not post in: the one case an invite fixes.

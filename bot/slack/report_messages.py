@@ -17,6 +17,8 @@ that message's thread, and a recommendation is posted as an ordinary proposal (A
 from __future__ import annotations
 
 from bot.chat.replies import (
+    FleetProposalReply,
+    FleetRefusalReply,
     HostReportView,
     ReportReply,
     ReportScheduledReply,
@@ -60,9 +62,25 @@ def _notes(view: HostReportView) -> list[str]:
             f"Last operation #{last.id} {last.kind} {last.state}, by {_who(last.actor)} at "
             f"{hhmm(last.at)}"
         )
+    for notice in report.memory_notices[-3:]:
+        notes.append(f":warning: Memory at {hhmm(notice.at)}: {notice.message}")
+    if report.memory_below_floor:
+        notes.append(":warning: The server's memory headroom is under the guard's floor now")
     if view.chart is not None:
         notes.append(f":chart_with_upwards_trend: chart in the thread ({view.chart.filename})")
-    if view.proposal is not None:
+    if isinstance(view.fleet_proposal, FleetProposalReply):
+        fleet = view.fleet_proposal.rollout
+        notes.append(
+            f":bulb: {view.evidence}: fleet proposal #{view.fleet_proposal.id} ({fleet.change} "
+            f"on every replica of fleet {fleet.fleet}, through its router) follows, with "
+            "Apply/Cancel"
+        )
+    elif isinstance(view.fleet_proposal, FleetRefusalReply):
+        refusal = view.fleet_proposal.refusal
+        why = "; ".join(f"{host}: {reason}" for host, reason in refusal.reasons)
+        notes.append(f":bulb: {view.evidence}: {refusal.change} for fleet {refusal.fleet} is "
+                     f"refused ({why})")  # fmt: skip
+    elif view.proposal is not None:
         notes.append(
             f":bulb: {view.evidence}: proposal #{view.proposal.id} "
             f"({view.proposal.plan.setting}) follows, with Apply/Cancel"

@@ -20,12 +20,14 @@ from bot.chat.replies import (
     FleetProposalReply,
     FleetRefusalReply,
     FleetsReply,
+    RejoinReply,
     RolloutReply,
 )
 from bot.chat.wording import hhmm
 from bot.fleet.view import (
     ReplicaView,
     RolloutView,
+    phase_label,
     replica_facts,
 )
 from bot.slack._blocks import SlackMessage, actions, button, context, message, section
@@ -36,6 +38,7 @@ __all__ = [
     "fleet_proposal",
     "fleet_refusal",
     "fleets_message",
+    "rejoined",
     "replica_end",
     "rollout_message",
     "rollout_started",
@@ -52,19 +55,25 @@ _MARK = {
     ReplicaPhase.FAILED: ":x:",
     ReplicaPhase.UNCHANGED: ":heavy_minus_sign:",
 }
-_PHASE = {phase: phase.value.replace("_", " ") for phase in ReplicaPhase}
+
+
+def _phase(view: RolloutView, line: ReplicaView) -> str:
+    return phase_label(view, line).replace("_", " ")
 
 
 def _who(user: str) -> str:
     return f"<@{user}>"
 
 
-def _line(line: ReplicaView) -> str:
+def _line(view: RolloutView, line: ReplicaView) -> str:
     facts = replica_facts(line)
     out = None if facts.out is None else f"({facts.out})"
     detail = None if facts.detail is None else f"_{facts.detail}_"
-    head = f"{_MARK[line.phase]} *{line.host}*  {_PHASE[line.phase]}"
-    return "  ".join([head, *(p for p in (facts.change, facts.operation, out, detail) if p)])
+    change = facts.change
+    if change is None and line.new_config and view.change == "rollback":
+        change = f"back to {line.new_config}"
+    head = f"{_MARK[line.phase]} *{line.host}*  {_phase(view, line)}"
+    return "  ".join([head, *(p for p in (change, facts.operation, out, detail) if p)])
 
 
 def _head(view: RolloutView) -> str:
@@ -77,14 +86,17 @@ def _head(view: RolloutView) -> str:
 def rollout_message(view: RolloutView) -> SlackMessage:
     """The rollout's one message: its head, a line per replica, and once stopped what changed
     and what to type next."""
-    blocks = [section(_head(view)), section("\n".join(_line(line) for line in view.replicas))]
+    blocks = [
+        section(_head(view)),
+        section("\n".join(_line(view, line) for line in view.replicas)),
+    ]
     if view.state is RolloutState.STOPPED:
+        undo = f", `rollback fleet {view.fleet}` undoes it" if view.undoable else ""
         blocks.append(
             context(
                 f"Stopped: {view.reason}. Changed: {', '.join(view.changed) or 'none'}; "
                 f"not changed: {', '.join(view.unchanged) or 'none'}. "
-                f"`resume fleet {view.fleet}` carries it on, "
-                f"`rollback fleet {view.fleet}` undoes it."
+                f"`resume fleet {view.fleet}` carries it on{undo}."
             )
         )
     text = f"Rollout #{view.id} of fleet {view.fleet}: {view.change}, {view.state.value}"
@@ -94,8 +106,8 @@ def rollout_message(view: RolloutView) -> SlackMessage:
 def replica_end(view: RolloutView, host: str) -> SlackMessage:
     """The thread reply when one replica's line ends (done, rolled back, failed)."""
     line = view.replica(host)
-    text = f"{host} {_PHASE[line.phase]} (rollout #{view.id} of fleet {view.fleet})"
-    return message(text, [section(_line(line))])
+    text = f"{host} {_phase(view, line)} (rollout #{view.id} of fleet {view.fleet})"
+    return message(text, [section(_line(view, line))])
 
 
 def rollout_started(reply: RolloutReply) -> SlackMessage:
@@ -151,22 +163,57 @@ def fleet_refusal(reply: FleetRefusalReply) -> SlackMessage:
 
 
 def _fleet(answer: FleetAnswer) -> list[dict[str, object]]:
-    running = (
-        "no rollout running"
-        if answer.running is None
-        else f"rollout #{answer.running.id} ({answer.running.change}) running"
-    )
+    if answer.running is not None:
+        running = f"rollout #{answer.running.id} ({answer.running.change}) running"
+    elif answer.stopped is not None:
+        running = (
+            f"rollout #{answer.stopped.id} ({answer.stopped.change}) stopped: "
+            f"{answer.stopped.reason}; `resume fleet {answer.name}` retries it"
+        )
+    else:
+        running = "no rollout running"
     lines = []
+    if answer.router_problem is not None:
+        lines.append(f":x: router unreachable: {answer.router_problem}")
     for host in answer.replicas:
+        out = host.host in answer.out_of_router
         if host.status is None:
-            lines.append(f":x: *{host.host}*  agent unreachable ({host.problem})")
+            where = " (out of the router)" if out else ""
+            lines.append(f":x: *{host.host}*  agent unreachable ({host.problem}){where}")
         else:
             status = host.status
-            lines.append(f"*{host.host}*  {status.effective or 'unknown'}  {status.server_state}")
+            place = (
+                f":warning: out of the router (`fleet {answer.name} rejoin {host.host}` puts it "
+                "back)"
+                if out
+                else "in the router"
+                if answer.router_problem is None
+                else "router not read"
+            )
+            lines.append(
+                f"*{host.host}*  {status.effective or 'unknown'}  {status.server_state}  {place}"
+            )
     return [
         section(f"*Fleet {answer.name}* (router {answer.router}): {running}"),
         section("\n".join(lines) or "no replica"),
     ]
+
+
+def rejoined(reply: RejoinReply) -> SlackMessage:
+    """Replicas put back in the router (or refused, each with what its check found)."""
+    lines = []
+    for found in reply.outcomes:
+        if found.refused is not None:
+            lines.append(f":no_entry: *{found.host}* not put back: {found.refused}")
+        elif found.already:
+            lines.append(f":white_check_mark: *{found.host}* already in the router ({found.url})")
+        else:
+            lines.append(
+                f":inbox_tray: *{found.host}* back in the router ({found.url}), healthy, "
+                "breaker closed"
+            )
+    text = f"Fleet {reply.fleet}: " + "; ".join(r.host for r in reply.outcomes)
+    return message(text, [section("\n".join(lines))])
 
 
 def fleets_message(reply: FleetsReply) -> SlackMessage:

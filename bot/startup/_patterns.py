@@ -102,6 +102,10 @@ SWA_SPLIT = re.compile(
 SWA_POOL = re.compile(
     r"SWAKVPool (mem usage|VA upper bound): ([\d.]+) GB, swa size: (\d+), full size: (\d+)"
 )
+# HiCache memory headroom: host 123.4 GiB, cgroup 56.7 GiB
+# (0.5.23, logged when the process is in a memory cgroup, before it sizes the host pools: host
+# MemAvailable and the cgroup's headroom)
+HEADROOM = re.compile(r"HiCache memory headroom: host ([\d.]+) GiB, cgroup ([\d.]+) GiB")
 
 # max_total_num_tokens=231120, chunked_prefill_size=8192, max_prefill_tokens=16384, ...
 MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")

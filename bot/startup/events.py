@@ -28,6 +28,7 @@ __all__ = [
     "GraphProgress",
     "HostPool",
     "MaxTotalTokens",
+    "MemoryHeadroom",
     "Phase",
     "PhaseStarted",
     "PoolKind",
@@ -224,6 +225,24 @@ HYBRID_SWA_HOST_POOL = "swa"
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryHeadroom:
+    """SGLang 0.5.23's own reading of its memory domain, logged by a rank in a memory cgroup
+    before it sizes its host pools (``sglang/srt/mem_cache/host_memory.py``):
+    ``HiCache memory headroom: host 123.4 GiB, cgroup 56.7 GiB`` gives ``host_gib=123.4,
+    cgroup_gib=56.7`` (GiB, one decimal); SGLang plans with the smaller."""
+
+    rank: str | None
+    host_gib: float
+    cgroup_gib: float
+    at: datetime | None
+    line: str
+
+    @property
+    def headroom_gib(self) -> float:
+        return min(self.host_gib, self.cgroup_gib)
+
+
+@dataclass(frozen=True, slots=True)
 class MaxTotalTokens:
     """Rank 0's ``max_total_num_tokens=159274, chunked_prefill_size=...`` line: the device pool."""
 
@@ -258,5 +277,6 @@ Event = (
     | MaxTotalTokens
     | SlidingWindowSplit
     | SlidingWindowPool
+    | MemoryHeadroom
     | FailureSeen
 )

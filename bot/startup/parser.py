@@ -24,6 +24,7 @@ from bot.startup._patterns import (
     EOL,
     GRAPHS,
     HEADER,
+    HEADROOM,
     HOST_EXTRA,
     HOST_POOL_NEW,
     HOST_POOL_OLD,
@@ -48,6 +49,7 @@ from bot.startup.events import (
     GraphProgress,
     HostPool,
     MaxTotalTokens,
+    MemoryHeadroom,
     Phase,
     PhaseStarted,
     RankSeen,
@@ -244,6 +246,15 @@ class StartupParser:
                     at,
                     line,
                 )
+            )
+            return True
+        if "HiCache memory headroom:" in message:
+            headroom = HEADROOM.search(message)
+            if headroom is None:
+                return False
+            host, cgroup = float(headroom.group(1)), float(headroom.group(2))
+            out.append(
+                MemoryHeadroom(rank=rank, host_gib=host, cgroup_gib=cgroup, at=at, line=line)
             )
             return True
         if "max_total_num_tokens=" in message:

@@ -24,6 +24,7 @@ from bot.startup.events import (
     GraphProgress,
     HostPool,
     MaxTotalTokens,
+    MemoryHeadroom,
     Phase,
     PhaseStarted,
     PoolKind,
@@ -154,6 +155,9 @@ class StartupReport:
     host_extra_gb_per_rank: dict[str, dict[str, float]] = field(default_factory=dict)
     host_total_gb_per_rank: dict[str, float] = field(default_factory=dict)
     sliding_window: SlidingWindowFigures | None = None
+    #: SGLang's own ``HiCache memory headroom: host X GiB, cgroup Y GiB`` line (the first
+    #: rank's), when it logged one: what it saw before sizing the host pools.
+    sglang_headroom: MemoryHeadroom | None = None
 
     @property
     def started_at(self) -> datetime | None:
@@ -203,6 +207,13 @@ class StartupReport:
             "sliding_window": None
             if self.sliding_window is None
             else self.sliding_window.to_dict(),
+            "sglang_headroom": None
+            if self.sglang_headroom is None
+            else {
+                "host_gib": self.sglang_headroom.host_gib,
+                "cgroup_gib": self.sglang_headroom.cgroup_gib,
+                "headroom_gib": self.sglang_headroom.headroom_gib,
+            },
             "ready": self.ready,
             "ready_at": _iso(self.ready_at),
             "started_at": _iso(self.started_at),
@@ -241,6 +252,7 @@ class ReportBuilder:
         self._failure: FailureSeen | None = None
         self._swa: dict[str, tuple[int, int]] = {}
         self._swa_gib: dict[str, float] = {}
+        self._headroom: MemoryHeadroom | None = None
 
     def add(self, event: Event) -> None:
         """Take the next event in log order."""
@@ -273,6 +285,9 @@ class ReportBuilder:
             case SlidingWindowPool(rank=rank, kv_gib=gib, full_tokens=full, swa_tokens=swa):
                 self._swa.setdefault(rank or NO_RANK, (full, swa))
                 self._swa_gib[rank or NO_RANK] = gib
+            case MemoryHeadroom():
+                if self._headroom is None:
+                    self._headroom = event
             case FailureSeen():
                 self._failure = event
 
@@ -336,6 +351,7 @@ class ReportBuilder:
             sliding_window=self._sliding_window(),
             ready=ready,
             ready_at=ready_at,
+            sglang_headroom=self._headroom,
             failure=None
             if failure is None
             else Failure(kind=failure.kind, lines=failure.lines, at=failure.at),

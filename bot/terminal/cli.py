@@ -26,6 +26,7 @@ from bot.chat.replies import (
     ProblemReply,
     ProposalReply,
     RefusalReply,
+    RejoinReply,
     Reply,
     RolloutReply,
     UsageReply,
@@ -82,6 +83,8 @@ def exit_code(reply: Reply, final_state: OperationState | None = None) -> int:
         return EXIT_OK if final_state is OperationState.READY else EXIT_FAILED
     if isinstance(reply, FleetRefusalReply):
         return EXIT_REFUSED
+    if isinstance(reply, RejoinReply):
+        return EXIT_REFUSED if any(r.refused for r in reply.outcomes) else EXIT_OK
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ kimi-01: capacity at 09:00 UTC, server running, SGLang 0.5.9, up 2:13:05
   load      token usage 97%, 50 running, 80 queued, cache hit rate 12%
   GPUs      0: 94.5/96.0 GB  1: 94.5/96.0 GB ...
   last op   #4 resize ready, by ana at 08:12
+  memory    11:31 after ready: host RAM available fell to 8.2 GB, below the guard's floor ...
   chart     kimi-01-capacity-20261130-0900.png (720x720): Capacity of kimi-01: ...
   advice    token usage 96-98% over the last 30 min ... -> proposal #7 (resize ratio 4)
 """
@@ -14,6 +15,8 @@ kimi-01: capacity at 09:00 UTC, server running, SGLang 0.5.9, up 2:13:05
 from __future__ import annotations
 
 from bot.chat.replies import (
+    FleetProposalReply,
+    FleetRefusalReply,
     HostReportView,
     ReportReply,
     ReportScheduledReply,
@@ -58,10 +61,28 @@ def _host(view: HostReportView) -> list[str]:
         lines.append(
             f"  last op   #{last.id} {last.kind} {last.state}, by {last.actor} at {hhmm(last.at)}"
         )
+    for notice in report.memory_notices[-3:]:
+        lines.append(f"  memory    {hhmm(notice.at)} {notice.message}")
+    if report.memory_below_floor:
+        lines.append("  memory    the server's headroom is under the guard's floor now")
     if view.chart is not None:
         width, height = view.chart.size_px
         lines.append(f"  chart     {view.chart.filename} ({width}x{height}): {view.chart.alt}")
-    if view.proposal is not None:
+    if isinstance(view.fleet_proposal, FleetProposalReply):
+        fleet = view.fleet_proposal.rollout
+        lines.append(
+            f"  advice    {view.evidence}: fleet proposal #{view.fleet_proposal.id} "
+            f"({fleet.change} on every replica of fleet {fleet.fleet}, one by one through its "
+            f"router); 'apply {view.fleet_proposal.id}' to apply it"
+        )
+    elif isinstance(view.fleet_proposal, FleetRefusalReply):
+        refusal = view.fleet_proposal.refusal
+        why = "; ".join(f"{host}: {reason}" for host, reason in refusal.reasons)
+        lines.append(
+            f"  advice    {view.evidence}: {refusal.change} for fleet {refusal.fleet} is "
+            f"refused ({why})"
+        )
+    elif view.proposal is not None:
         lines.append(
             f"  advice    {view.evidence}: proposal #{view.proposal.id} "
             f"({view.proposal.plan.setting}); 'apply {view.proposal.id}' to apply it"

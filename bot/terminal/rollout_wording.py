@@ -13,22 +13,26 @@ from bot.chat.replies import (
     FleetProposalReply,
     FleetRefusalReply,
     FleetsReply,
+    RejoinReply,
     RolloutReply,
 )
 from bot.chat.wording import hhmm
-from bot.fleet.view import ReplicaView, RolloutView, replica_facts
+from bot.fleet.view import ReplicaView, RolloutView, phase_label, replica_facts
 from bot.vocab import RolloutState
 
 __all__ = ["fleet_reply_lines", "replica_end_line", "rollout_lines"]
 
-_WIDTH = 11  # the longest phase, "rolled_back"
+_WIDTH = 11  # the longest phase value, "rolled_back" ("rolling back" runs one over)
 
 
-def _replica(line: ReplicaView) -> str:
+def _replica(view: RolloutView, line: ReplicaView) -> str:
     facts = replica_facts(line)
     detail = None if facts.detail is None else f"({facts.detail})"
-    parts = [facts.change, facts.operation, facts.out, detail]
-    head = f"  {line.host}  {line.phase.value:<{_WIDTH}}"
+    target = None
+    if facts.change is None and line.new_config and view.change == "rollback":
+        target = f"back to {line.new_config}"
+    parts = [facts.change or target, facts.operation, facts.out, detail]
+    head = f"  {line.host}  {phase_label(view, line):<{_WIDTH}}"
     return "  ".join([head, *(p for p in parts if p)]).rstrip()
 
 
@@ -36,21 +40,24 @@ def rollout_lines(view: RolloutView) -> list[str]:
     """The rollout's block: its head, then each replica's line in rollout order."""
     head = f"Rollout #{view.id} of fleet {view.fleet}: {view.change} ({view.actor}), "
     head += view.state.value
-    lines = [head, *(_replica(line) for line in view.replicas)]
+    lines = [head, *(_replica(view, line) for line in view.replicas)]
     if view.state is RolloutState.STOPPED:
         changed = ", ".join(view.changed) or "none"
         unchanged = ", ".join(view.unchanged) or "none"
+        advice = f"  'resume fleet {view.fleet}' carries it on"
+        if view.undoable:
+            advice += f", 'rollback fleet {view.fleet}' undoes it"
         lines += [
             f"  stopped: {view.reason}",
             f"  changed: {changed}; not changed: {unchanged}",
-            f"  'resume fleet {view.fleet}' carries it on, 'rollback fleet {view.fleet}' undoes it",
+            advice,
         ]
     return lines
 
 
 def replica_end_line(view: RolloutView, host: str) -> str:
     line = view.replica(host)
-    return f"rollout #{view.id} of fleet {view.fleet}: {host} {line.phase.value}"
+    return f"rollout #{view.id} of fleet {view.fleet}: {host} {phase_label(view, line)}"
 
 
 def _proposal(reply: FleetProposalReply) -> list[str]:
@@ -80,26 +87,60 @@ def _refusal(reply: FleetRefusalReply) -> list[str]:
 
 
 def _fleet(answer: FleetAnswer) -> list[str]:
-    running = (
-        "no rollout running"
-        if answer.running is None
-        else (f"rollout #{answer.running.id} ({answer.running.change}) running")
-    )
+    if answer.running is not None:
+        running = f"rollout #{answer.running.id} ({answer.running.change}) running"
+    elif answer.stopped is not None:
+        running = (
+            f"rollout #{answer.stopped.id} ({answer.stopped.change}) stopped: "
+            f"{answer.stopped.reason}; 'resume fleet {answer.name}' retries it"
+        )
+    else:
+        running = "no rollout running"
     lines = [f"fleet {answer.name} (router {answer.router}): {running}"]
+    if answer.router_problem is not None:
+        lines.append(f"  router unreachable: {answer.router_problem}")
     for host in answer.replicas:
+        out = host.host in answer.out_of_router
         if host.status is None:
-            lines.append(f"  {host.host}  agent unreachable ({host.problem})")
+            where = "  (out of the router)" if out else ""
+            lines.append(f"  {host.host}  agent unreachable ({host.problem}){where}")
         else:
             status = host.status
+            place = (
+                f"OUT OF THE ROUTER ('fleet {answer.name} rejoin {host.host}' puts it back)"
+                if out
+                else "in the router"
+                if answer.router_problem is None
+                else "router not read"
+            )
             lines.append(
                 f"  {host.host}  {status.effective or 'unknown'}  server {status.server_state}"
+                f"  {place}"
+            )
+    return lines
+
+
+def _rejoined(reply: RejoinReply) -> list[str]:
+    lines = []
+    for found in reply.outcomes:
+        if found.refused is not None:
+            lines.append(f"{found.host}: not put back in fleet {reply.fleet}'s router: "
+                         f"{found.refused}")  # fmt: skip
+        elif found.already:
+            lines.append(f"{found.host}: already in fleet {reply.fleet}'s router ({found.url})")
+        else:
+            lines.append(
+                f"{found.host}: back in fleet {reply.fleet}'s router ({found.url}), healthy, "
+                "breaker closed"
             )
     return lines
 
 
 def fleet_reply_lines(
-    reply: FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply,
+    reply: FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply | RejoinReply,
 ) -> list[str]:
+    if isinstance(reply, RejoinReply):
+        return _rejoined(reply)
     if isinstance(reply, FleetProposalReply):
         return _proposal(reply)
     if isinstance(reply, FleetRefusalReply):

@@ -25,10 +25,12 @@ from bot.chat.replies import (
     HistoryReply,
     HostAnswer,
     HostsReply,
+    MemoryNoticeReply,
     OperationReply,
     ProblemReply,
     ProposalReply,
     RefusalReply,
+    RejoinReply,
     Reply,
     ReportReply,
     ReportScheduledReply,
@@ -85,13 +87,20 @@ def reply_lines(reply: Reply) -> list[str]:
         return [f"refused: {reply.text}"]
     if isinstance(reply, ProblemReply):
         return [f"error: {reply.text}"]
+    if isinstance(reply, MemoryNoticeReply):
+        about = "" if reply.operation_id is None else f" (last operation #{reply.operation_id})"
+        return [
+            f"{reply.host}: memory notice at {hhmm(reply.notice.at)}{about}: {reply.notice.message}"
+        ]
     if isinstance(reply, OperationReply):
         return [f"{reply.watch.title}: operation {reply.operation.id} started"]
     if isinstance(reply, CancelledReply):
         return [f"proposal #{reply.proposal_id} cancelled by {reply.by}"]
     if isinstance(reply, HistoryReply):
         return _history(reply.entries)
-    if isinstance(reply, FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply):
+    if isinstance(
+        reply, FleetProposalReply | FleetRefusalReply | RolloutReply | FleetsReply | RejoinReply
+    ):
         return fleet_reply_lines(reply)
     assert isinstance(
         reply, ReportReply | ReportScheduledReply | ReportStoppedReply | ReportSchedulesReply
@@ -117,11 +126,21 @@ def _status(answer: HostAnswer) -> list[str]:
         f"per rank x {status.ranks or '?'} ranks",
         f"  host RAM  {_num(status.ram_available_gb, 1)} GB available of "
         f"{_num(status.ram_total_gb, 1)} GB; {_num(status.ram_server_held_gb, 1)} GB held by "
-        "the server",
+        f"the server{_cgroup(status)}",
         f"  GPUs      {_gpus(status)}",
         f"  operation {_running(status)}",
         *(f"  problem   {problem}" for problem in status.problems),
     ]
+
+
+def _cgroup(status: AgentStatus) -> str:
+    """ "; cgroup /system.slice (memory.high) limits it to 100.0 GB, 42.0 GB headroom", or ""."""
+    if status.ram_cgroup_limit_from is None or status.ram_cgroup_limit_gb is None:
+        return ""
+    return (
+        f"; cgroup {status.ram_cgroup_limit_from} limits it to "
+        f"{_num(status.ram_cgroup_limit_gb, 1)} GB, {_num(status.ram_headroom_gb, 1)} GB headroom"
+    )
 
 
 def _gpus(status: AgentStatus) -> str:

@@ -171,17 +171,40 @@ def test_an_unreadable_answer_is_an_agent_error() -> None:
 
 
 def test_a_timeout_is_unreachable() -> None:
-    """A read timeout becomes AgentUnreachable saying it did not answer in time."""
+    """A read timeout becomes AgentUnreachable: a status-like read says it had no answer
+    within the read deadline, any other call that it did not answer in time."""
 
     def slow(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=request)
 
     transport = httpx.MockTransport(slow)
-    with (
-        AgentClient("http://agent", Secret("t"), transport=transport) as client,
-        pytest.raises(AgentUnreachable, match="in time"),
-    ):
-        client.status()
+    with AgentClient("http://agent", Secret("t"), transport=transport) as client:
+        with pytest.raises(AgentUnreachable, match=r"^agent http://agent: no answer in 1 s$"):
+            client.status()
+        with pytest.raises(AgentUnreachable, match=r"^agent http://agent: no answer in 1 s$"):
+            client.operations()
+        with pytest.raises(AgentUnreachable, match="did not answer in time"):
+            client.plan(ratio=4)
+
+
+def test_status_like_reads_carry_the_read_deadline() -> None:
+    """status and the operation list are sent with the client's read deadline as their
+    timeout; a plan keeps the ordinary one (before, every read waited 15 s)."""
+    seen: dict[str, object] = {}
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen[request.url.path] = request.extensions["timeout"]
+        return httpx.Response(503, json={"detail": "stand-in"})
+
+    transport = httpx.MockTransport(record)
+    with AgentClient("http://agent", Secret("t"), transport=transport,
+                     read_deadline_s=0.4) as client:  # fmt: skip
+        for call in (client.status, client.operations, lambda: client.plan(ratio=4)):
+            with pytest.raises(AgentError):
+                call()
+    assert seen["/v1/status"] == {"connect": 0.4, "read": 0.4, "write": 0.4, "pool": 0.4}
+    assert seen["/v1/operations"] == seen["/v1/status"]
+    assert seen["/v1/plans"] == {"connect": 15.0, "read": 15.0, "write": 15.0, "pool": 15.0}
 
 
 def test_the_long_poll_sends_after_and_a_bounded_wait() -> None:

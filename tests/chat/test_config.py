@@ -33,6 +33,7 @@ def test_one_host_alone_is_the_default_and_defaults_apply() -> None:
     assert settings.default_host.name == "kimi-01"
     assert settings.default_host.token_env == "KIMI_AGENT_TOKEN"
     assert settings.update_interval_s == 3.0
+    assert settings.read_deadline_s == 1.0
     assert settings.policy.proposal_ttl_minutes == 15
     assert settings.policy.appliers == frozenset()
     assert not settings.policy.require_second_person
@@ -41,13 +42,14 @@ def test_one_host_alone_is_the_default_and_defaults_apply() -> None:
 def test_every_key_is_read() -> None:
     """Each documented key lands in its field."""
     settings = _load(
-        "[bot]\nupdate_interval_s = 5\n"
+        "[bot]\nupdate_interval_s = 5\nread_deadline_s = 2.5\n"
         '[policy]\nappliers = ["U1", "ana"]\nusergroups = ["S9"]\n'
         "require_second_person = true\nproposal_ttl_minutes = 30\n"
         '[hosts.kimi-01]\nurl = "http://a:7300/"\ntoken_env = "TOK_A"\n'
         '[hosts.kimi-02]\nurl = "https://b:7300"\ntoken_env = "TOK_B"\ndefault = true\n'
     )
     assert settings.update_interval_s == 5.0
+    assert settings.read_deadline_s == 2.5
     assert settings.policy.appliers == {"U1", "ana"}
     assert settings.policy.usergroups == {"S9"}
     assert settings.policy.require_second_person
@@ -71,6 +73,7 @@ def test_the_example_config_reads() -> None:
         ("", "no agent configured"),
         (ONE_HOST + "[bot]\nupdate_interval_s = 0.2\n", "[bot] update_interval_s must be at least"),
         (ONE_HOST + "[bot]\nupdate_every = 3\n", "unknown key 'update_every' in [bot]"),
+        (ONE_HOST + "[bot]\nread_deadline_s = 0.05\n", "[bot] read_deadline_s must be at least"),
         (ONE_HOST + '[policy]\nappliers = "U1"\n', "[policy] appliers must be a list of strings"),
         (ONE_HOST + "[policy]\nproposal_ttl_minutes = 0\n", "proposal_ttl_minutes must be at"),
         (ONE_HOST + "[policy]\nproposal_ttl_minutes = 9999\n", "at most 1440"),

@@ -12,6 +12,7 @@ from bot.chat.grammar import (
     Apply,
     Cancel,
     Command,
+    FleetRejoin,
     FleetResize,
     FleetRestart,
     FleetResume,
@@ -220,6 +221,8 @@ def test_any_sequence_of_known_words_is_a_command_or_a_usage_error(
         ("restart fleet prod", FleetRestart("prod")),
         ("rollback fleet prod", FleetRollback("prod")),
         ("resume fleet prod", FleetResume("prod")),
+        ("fleet prod rejoin kimi-02", FleetRejoin("prod", "kimi-02")),
+        ("/kimi fleet prod REJOIN KIMI-02", FleetRejoin("prod", "kimi-02")),
         ("fleets", Fleets()),
     ],
 )
@@ -238,6 +241,10 @@ def test_a_fleet_command_names_its_fleet_last(text: str, command: Command) -> No
         ("resize size 44.5 fleet prod", "size '44.5' is not a whole number of GB"),
         ("restart fleet $prod", "fleet name '$prod' is not a name like prod or kimi-eu"),
         ("fleets prod", "unexpected 'prod'"),
+        ("fleet prod", "say which replica to put back, e.g. 'fleet prod rejoin kimi-02'"),
+        ("fleet prod kimi-02", "say which replica to put back, e.g. 'fleet prod rejoin"),
+        ("fleet prod rejoin kimi-09", "unknown host 'kimi-09'"),
+        ("fleet $prod rejoin kimi-02", "fleet name '$prod' is not a name like prod or kimi-eu"),
     ],
 )
 def test_a_bad_fleet_command_is_refused_with_its_reason(text: str, reason: str) -> None:

@@ -28,6 +28,7 @@ from bot.fleet import (
 )
 from bot.fleet.router import default_metrics_url
 from bot.vocab import OperationKind, ReplicaPhase, RolloutState
+from tests.fleet._standins import StandInAgent
 
 SMG_032 = """\
 # TYPE smg_worker_cb_consecutive_failures gauge
@@ -182,7 +183,9 @@ VIEW = RolloutView(
 
 def _runner(router: ScriptedRouter, clock: FakeClock, log: Saved) -> RolloutRunner:
     change = FleetChange(OperationKind.RESTART)
-    return RolloutRunner(FLEET, change, router, {}, NoLoad(), clock, log)
+    # Each agent answers (asked before any replica goes out), its server serving.
+    agents = {line.host: StandInAgent(line.host, line.url) for line in VIEW.replicas}
+    return RolloutRunner(FLEET, change, router, agents, NoLoad(), clock, log)
 
 
 def test_breakers_that_never_close_stop_the_rollout_before_a_replica_goes_out() -> None:
@@ -232,9 +235,10 @@ def test_a_router_without_breakers_is_said_so_and_its_health_view_is_waited_on()
                for d in shown), shown  # fmt: skip
 
 
-def test_a_replica_the_router_dropped_is_waited_for_and_named() -> None:
+def test_a_replica_the_router_dropped_is_named_and_not_waited_for() -> None:
     """0.1.x drops a worker whose requests failed and never adds it back: kimi-02 missing from
-    the router keeps kimi-01 in, and the rollout stops saying kimi-02 is not in the router."""
+    the router keeps kimi-01 in, and since its agent runs nothing that could put it back, the
+    rollout stops at once saying kimi-02 is not in the router."""
     clock, log = FakeClock(), Saved()
     router = ScriptedRouter(clock, RouterApi.QUERY, [(0.0, None)])
     del router.listed[B]
@@ -242,3 +246,4 @@ def test_a_replica_the_router_dropped_is_waited_for_and_named() -> None:
     assert router.removed == []
     assert done.state is RolloutState.STOPPED
     assert "kimi-02 (not in the router)" in (done.reason or "")
+    assert clock.t < FLEET.breaker_timeout_s

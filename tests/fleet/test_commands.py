@@ -5,6 +5,8 @@ through the router for the whole time."""
 from __future__ import annotations
 
 import re
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from bot.chat.replies import (
     FleetsReply,
     ProblemReply,
     RefusalReply,
+    RejoinReply,
     RolloutReply,
 )
 from bot.fleet import (
@@ -30,6 +33,7 @@ from bot.fleet import (
     FleetSettings,
     RolloutView,
     RouterApi,
+    RouterClient,
 )
 from bot.store import RevisionOutcome, Store
 from bot.vocab import (
@@ -214,3 +218,84 @@ def test_a_cancelled_fleet_proposal_cannot_be_applied(tmp_path: Path) -> None:
             assert store.rollout(proposal.rollout.id) == cancelled
             with agent.http() as http:
                 assert http.get("/v1/operations").json() == before
+
+
+@pytest.mark.slow
+def test_a_replica_left_out_of_the_real_router_is_shown_counted_and_rejoined(
+    tmp_path: Path,
+) -> None:
+    """kimi-02 taken out of sglang-router 0.3.2 by hand while it serves: 'fleets' marks it out,
+    'restart fleet prod' stops at once without taking kimi-01 out (max_unavailable 1 counts
+    kimi-02), 'fleet prod rejoin kimi-02' puts it back healthy, and the restart then runs
+    through with no failed request (it failed before: kimi-02 was invisible, the restart
+    waited breaker_timeout_s, and nothing but a manual POST /workers brought it back)."""
+    with fleet_of(tmp_path, VERSIONS[RouterApi.BY_ID], count=2) as fleet:
+        front = FleetFront()
+        with (
+            _core(tmp_path, fleet, front) as (core, _store),
+            LoadGenerator(fleet.router.url) as load,
+            RouterClient(fleet.router.url) as router,
+        ):
+            desk = core.context.fleets
+            assert desk is not None
+            wait_for_traffic(load)
+            router.remove(fleet.url("kimi-02"))
+            deadline = time.monotonic() + 30
+            while router.worker(fleet.url("kimi-02")) is not None:
+                assert time.monotonic() < deadline, "the router kept kimi-02"
+                time.sleep(0.1)
+
+            listed = core.handle("fleets", BEN)
+            assert isinstance(listed, FleetsReply)
+            assert listed.fleets[0].out_of_router == ("kimi-02",)
+
+            stopped = core.handle("restart fleet prod", ANA)
+            assert isinstance(stopped, RolloutReply), stopped
+            ended = desk.wait(stopped.view.id, timeout_s=60)
+            assert ended is not None
+            assert ended.state is RolloutState.STOPPED
+            assert "kimi-02 (not in the router)" in (ended.reason or "")
+            assert "'fleet prod rejoin kimi-02' does" in (ended.reason or "")
+            assert router.worker(fleet.url("kimi-01")) is not None
+
+            back = core.handle("fleet prod rejoin kimi-02", ANA)
+            assert isinstance(back, RejoinReply), back
+            assert [(r.host, r.refused) for r in back.outcomes] == [("kimi-02", None)]
+            found = router.worker(fleet.url("kimi-02"))
+            assert found is not None
+            assert found.healthy
+
+            again = core.handle("restart fleet prod", ANA)
+            assert isinstance(again, RolloutReply), again
+            done = desk.wait(again.view.id, timeout_s=300)
+            assert done is not None, "the restart did not end within 300 s"
+            assert done.state is RolloutState.DONE, done
+        assert load.failed == []
+
+
+@pytest.mark.slow
+def test_an_agent_stopped_by_sigstop_is_named_and_refuses_the_fleet(tmp_path: Path) -> None:
+    """kimi-02's agent process stopped with SIGSTOP (its socket still accepts): 'fleets' marks
+    it "no answer in 1 s" and shows kimi-01, and 'restart fleet prod' is a refusal naming it,
+    kimi-01 never leaving the router (it failed before: 15 s per read, then an
+    AssertionError)."""
+    with fleet_of(tmp_path, VERSIONS[RouterApi.BY_ID], count=2) as fleet:
+        front = FleetFront()
+        with _core(tmp_path, fleet, front) as (core, store):
+            process = fleet.replicas[1].agent.process
+            assert process is not None
+            process.send_signal(signal.SIGSTOP)
+            try:
+                listed = core.handle("fleets", BEN)
+                refused = core.handle("restart fleet prod", ANA)
+            finally:
+                process.send_signal(signal.SIGCONT)
+            assert isinstance(listed, FleetsReply)
+            answers = {a.host: a for a in listed.fleets[0].replicas}
+            assert answers["kimi-01"].status is not None
+            assert answers["kimi-02"].problem == "agent kimi-02: no answer in 1 s"
+            assert isinstance(refused, FleetRefusalReply), refused
+            assert [host for host, _ in refused.refusal.reasons] == ["kimi-02"]
+            assert store.unfinished_rollouts() == []
+            with RouterClient(fleet.router.url) as router:
+                assert router.worker(fleet.url("kimi-01")) is not None

@@ -15,6 +15,7 @@ from bot.planner import (
     HostMemory,
     ServerFacts,
     SGLangVersion,
+    StartSample,
     Verdict,
     make_plan,
 )
@@ -194,7 +195,8 @@ def test_cgroup_limit_caps_the_budget() -> None:
     )
     assert plan.verdict is Verdict.REFUSED
     assert plan.budget_bytes == pytest.approx(200 * GB - RESERVE - 40 * GB)
-    assert "capped by the cgroup limit" in plan.reason
+    assert plan.reason.startswith("the server's cgroup allows 200.0 GB: ")
+    assert "capped by the cgroup's limit 200.0 GB; the host alone has 445.0" in plan.reason
 
 
 def test_refusal_suggests_the_largest_size_that_fits() -> None:
@@ -260,3 +262,74 @@ def test_no_suggestion_that_sglang_0_5_9_would_refuse() -> None:
     assert not plan.largest_fitting_size_gb
     assert not plan.largest_fitting_ratio
     assert plan.reason.endswith("no HiCache size fits this host now.")
+
+
+def test_a_server_in_a_14_gib_v1_cgroup_is_refused_naming_the_cgroup() -> None:
+    """The issue's case: the server in /process_api/abc limited to 14 GiB (3 GB in use, all its
+    own): size 2 x 2 ranks needs 4 GB where 14 GiB - 10 GiB reserve - 1 GB headroom leaves
+    3.3 GB, so it is refused naming the cgroup, although the host alone would allow it."""
+    cgroup = HostMemory(
+        available_bytes=22.7 * GB,
+        server_held_bytes=3 * GB,
+        cgroup_limit_bytes=14 * GiB,
+        cgroup_headroom_bytes=14 * GiB - 3 * GB,
+        cgroup_path="/process_api/abc",
+        total_bytes=25.3 * GB,
+    )
+    plan = make_plan(ChangeRequest(size_gb=2), ServerFacts(ranks=2), cgroup, headroom_gb=1)
+    assert plan.verdict is Verdict.REFUSED
+    assert plan.free_after_stop_bytes == 15_032_385_536
+    assert plan.budget_bytes == pytest.approx(15_032_385_536 - 10 * GiB - 1 * GB)
+    assert plan.reason.startswith("the server's cgroup /process_api/abc allows 15.0 GB: ")
+    assert "the host alone has 25.3" in plan.reason
+    host_only = HostMemory(22.7 * GB, server_held_bytes=3 * GB, total_bytes=25.3 * GB)
+    alone = make_plan(ChangeRequest(size_gb=2), ServerFacts(ranks=2), host_only, headroom_gb=1)
+    assert alone.verdict is Verdict.FITS
+    assert "cgroup" not in alone.reason
+
+
+def test_free_after_stop_never_exceeds_the_hosts_ram() -> None:
+    """22.7 GB available and 3.3 GB counted as released on a 25.3 GB host: free after stop is
+    the host's 25.3 GB, not 26.0 (the count is capped, and the sentence says so)."""
+    memory = HostMemory(22.7 * GB, server_held_bytes=3.3 * GB, total_bytes=25.3 * GB)
+    plan = make_plan(ChangeRequest(size_gb=2), ServerFacts(ranks=2), memory, headroom_gb=1)
+    assert plan.free_after_stop_bytes == pytest.approx(25.3 * GB)
+    assert "25.3 GB free after stop" in plan.reason
+    assert "capped by the host's RAM" in plan.reason
+
+
+def test_what_the_restart_frees_is_capped_by_the_cgroups_limit() -> None:
+    """A headroom of 10 GB plus 8 GB counted as released inside a 14 GB limit gives 14 GB,
+    never more than the limit."""
+    memory = HostMemory(
+        400 * GB,
+        server_held_bytes=8 * GB,
+        cgroup_limit_bytes=14 * GB,
+        cgroup_headroom_bytes=10 * GB,
+        cgroup_path="/system.slice/sglang.service",
+    )
+    plan = make_plan(ChangeRequest(size_gb=1), ServerFacts(ranks=1), memory, headroom_gb=0)
+    assert plan.free_after_stop_bytes == 14 * GB
+    assert plan.verdict is Verdict.FITS
+    assert "in the server's cgroup /system.slice/sglang.service, limit 14.0 GB" in plan.reason
+
+
+def test_a_cgroup_headroom_without_its_limit_is_bad_input() -> None:
+    """A headroom with no limit beside it cannot be checked and is refused as input."""
+    with pytest.raises(PlanInputError, match="needs the cgroup's limit"):
+        HostMemory(400 * GB, cgroup_headroom_bytes=10 * GB)
+
+
+def test_a_refused_change_promises_no_startup_time() -> None:
+    """A size refused by the budget carries no expected startup (it showed "startup ~909:04
+    expected" for 99,999 GB a rank), while a size that fits on the same host has one."""
+    server = ServerFacts(ranks=8, device_pool=KIMI_POOL_EXACT)
+    memory = HostMemory(available_bytes=445 * GB)
+    history = [StartSample(600, 48)]
+    refused = make_plan(ChangeRequest(size_gb=99_999), server, memory, history=history)
+    fits = make_plan(ChangeRequest(size_gb=20), server, memory, history=history)
+    assert refused.verdict is Verdict.REFUSED
+    assert refused.expected_startup_s is None
+    assert fits.verdict is Verdict.FITS
+    assert fits.expected_startup_s is not None
+    assert fits.expected_startup_s > 0

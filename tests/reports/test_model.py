@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from bot.agent_json import AgentOperation, AgentStatus
+from bot.chat.replies import HostReportView, ReportReply
 from bot.prometheus import prometheus_samples, server_metrics
 from bot.reports import ServerMetrics, sample_of
 from bot.reports.model import HostReport
 from bot.reports.runtime import report_from
+from bot.slack import report_messages
+from bot.terminal.report_wording import report_reply_lines
 from tests.reports._fixtures import GB, T0, SetClock, status_json
 
 # What SGLang 0.5.9 serves on /metrics with --enable-metrics and two data-parallel ranks.
@@ -87,3 +92,30 @@ def test_the_sample_of_a_report_keeps_bytes_and_fractions() -> None:
     assert (sample.token_usage, sample.queued_requests) == (0.97, 80)
     assert sample.gpus[0]["used_bytes"] == round(94.51 * GB)
     assert sample_of(HostReport(host="kimi-02", at=T0, problem="connection refused")) is None
+
+
+def _memory_notice(seq: int, at: datetime, headroom_gb: float) -> dict[str, Any]:
+    return {"seq": seq, "at": at.isoformat(), "where": "host", "headroom_gb": headroom_gb,
+            "available_gb": headroom_gb, "cgroup_limit_gb": None, "floor_gb": 10.74,
+            "message": f"after ready: host RAM available fell to {headroom_gb} GB"}  # fmt: skip
+
+
+def test_a_report_lists_the_last_days_memory_notices_and_the_lines_show_them() -> None:
+    """Notices of the last 24 h are in the report (an older one is not), with whether the
+    headroom is under the floor now; the terminal and Slack reports show each with its time."""
+    old = _memory_notice(1, T0 - timedelta(hours=25), 5.0)
+    recent = _memory_notice(2, T0 - timedelta(hours=2), 8.2)
+    status = AgentStatus.from_json(
+        status_json(memory_watch={"below_floor": True, "notices": [old, recent]})
+    )
+    report = report_from(status, (), None, "kimi-01", SetClock())
+    assert [n.seq for n in report.memory_notices] == [2]
+    assert report.memory_notices[0].headroom_gb == 8.2
+    assert report.memory_below_floor
+    lines = report_reply_lines(ReportReply((HostReportView(report),)))
+    assert "  memory    04:00 UTC after ready: host RAM available fell to 8.2 GB" in lines
+    assert "  memory    the server's headroom is under the guard's floor now" in lines
+    slack = json.dumps(report_messages.report(ReportReply((HostReportView(report),))).blocks)
+    assert ":warning: Memory at 04:00 UTC: after ready: host RAM available fell to 8.2 GB" in slack
+    quiet = report_from(AgentStatus.from_json(status_json()), (), None, "kimi-01", SetClock())
+    assert (quiet.memory_notices, quiet.memory_below_floor) == ((), False)

@@ -12,9 +12,11 @@ from bot.chat.replies import (
     FleetRefusalReply,
     FleetsReply,
     HostAnswer,
+    RejoinReply,
     RolloutReply,
 )
 from bot.fleet import FleetRefusal, ReplicaView, RolloutView
+from bot.fleet.rejoin import Rejoined
 from bot.slack import rollout_messages
 from bot.slack._blocks import SlackMessage
 from bot.vocab import ReplicaPhase, RolloutState
@@ -34,11 +36,18 @@ def _line(host: str, phase: ReplicaPhase = ReplicaPhase.WAITING, **more: object)
 
 
 def _running() -> RolloutView:
-    return RolloutView(3, "prod", "hicache ratio 4", "U0ANA", RolloutState.RUNNING, (
-        _line("kimi-01", ReplicaPhase.DONE, operation_id=6, revision=9, seconds=31.25),
-        _line("kimi-02", ReplicaPhase.RESIZING, operation_id=7),
-        _line("kimi-03"),
-    ))  # fmt: skip
+    return RolloutView(
+        3,
+        "prod",
+        "hicache ratio 4",
+        "U0ANA",
+        RolloutState.RUNNING,
+        (
+            _line("kimi-01", ReplicaPhase.DONE, operation_id=6, revision=9, seconds=31.25),
+            _line("kimi-02", ReplicaPhase.RESIZING, operation_id=7),
+            _line("kimi-03"),
+        ),
+    )
 
 
 def _stopped() -> RolloutView:
@@ -48,6 +57,16 @@ def _stopped() -> RolloutView:
               detail="its new config failed; back on its old one: out of host memory"),
         _line("kimi-03", ReplicaPhase.UNCHANGED),
     ), reason="kimi-02's new config failed and was rolled back")  # fmt: skip
+
+
+def _restart_stopped() -> RolloutView:
+    """A restart that stopped before it changed anything: one replica restarting, when the
+    rollout stopped, nothing to undo."""
+    return RolloutView(5, "prod", "restart", "U0ANA", RolloutState.STOPPED, (
+        _line("kimi-01", ReplicaPhase.RESIZING, operation_id=8, new_config=OLD),
+        _line("kimi-02", ReplicaPhase.UNCHANGED, new_config=OLD,
+              detail="not taken out: agent kimi-02: no answer in 1 s"),
+    ), reason="kimi-02 was not taken out of the router: its agent does not answer")  # fmt: skip
 
 
 def rollout_samples(
@@ -71,5 +90,46 @@ def rollout_samples(
         "fleet_refused": lambda: rollout_messages.fleet_refusal(FleetRefusalReply(refusal)),
         "fleets": lambda: rollout_messages.fleets_message(
             FleetsReply((FleetAnswer("prod", "http://10.0.0.5:30000", answers, _running()),))
+        ),
+        "rollout_restart_stopped": lambda: rollout_messages.rollout_message(_restart_stopped()),
+        "fleets_out_of_router": lambda: rollout_messages.fleets_message(
+            FleetsReply(
+                (
+                    FleetAnswer(
+                        "prod",
+                        "http://10.0.0.5:30000",
+                        answers,
+                        None,
+                        stopped=_stopped(),
+                        out_of_router=(answers[0].host,),
+                    ),
+                )
+            )
+        ),
+        "fleets_router_down": lambda: rollout_messages.fleets_message(
+            FleetsReply(
+                (
+                    FleetAnswer(
+                        "prod",
+                        "http://10.0.0.5:30000",
+                        answers,
+                        router_problem="router http://10.0.0.5:30000 cannot be "
+                        "reached: [Errno 111] Connection refused",
+                    ),
+                )
+            )
+        ),
+        "fleet_rejoined": lambda: rollout_messages.rejoined(
+            RejoinReply(
+                "prod",
+                (
+                    Rejoined("kimi-02", "http://10.0.0.2:30000"),
+                    Rejoined(
+                        "kimi-03",
+                        "http://10.0.0.3:30000",
+                        "its server is not healthy (server failed, health None); fix it first",
+                    ),
+                ),
+            )
         ),
     }

@@ -20,6 +20,7 @@ from bot.chat.replies import (
     HostAnswer,
     HostReportView,
     HostsReply,
+    MemoryNoticeReply,
     ProposalReply,
     ReportReply,
     ReportScheduledReply,
@@ -238,6 +239,36 @@ def daily_in_paris() -> ReportSchedule:
     return ReportSchedule(4, "C0OPS", None, "daily 09:30", next_run, "U0BEN", T0, True)
 
 
+def memory_notice_reply() -> MemoryNoticeReply:
+    """The post-ready watch's notice: a cgroup left with 3.0 GB under its 14 GB limit."""
+    status = AgentStatus.from_json(
+        {
+            "host": {"name": "kimi-01"},
+            "server": {"state": "running"},
+            "fingerprint": "f",
+            "memory_watch": {
+                "below_floor": True,
+                "notices": [
+                    {
+                        "seq": 1,
+                        "at": (T0 + timedelta(minutes=31)).isoformat(),
+                        "where": "cgroup",
+                        "headroom_gb": 2.96,
+                        "available_gb": 40.12,
+                        "cgroup_limit_gb": 14.0,
+                        "floor_gb": 10.74,
+                        "message": "after ready: the server's cgroup has 3.0 GB left under its "
+                        "14.0 GB limit, below the guard's floor of 10.7 GB (7.8 GB short); the "
+                        "server keeps running, nothing was restarted, and the OOM killer may "
+                        "end it if memory keeps growing",
+                    }
+                ],
+            },
+        }
+    )
+    return MemoryNoticeReply("kimi-01", status.memory.notices[0], operation_id=12)
+
+
 #: Every message kind: its golden file's name and how it is made.
 SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
     "proposal_fits": lambda: messages.proposal(proposal_reply()),
@@ -271,6 +302,7 @@ SAMPLES: dict[str, Callable[[], SlackMessage | list[SlackMessage]]] = {
         ("U0BEN", "U0ANA"), WATCH, _view(_start(ready=False), OperationState.STALLED)
     ),
     "unreachable": lambda: messages.unreachable(WATCH, T0),
+    "memory_notice": lambda: messages.memory_notice(memory_notice_reply()),
     "status": lambda: messages.status_card(StatusReply(_answers())),
     "hosts": lambda: messages.hosts_message(HostsReply(_answers())),
     "history_pages": lambda: messages.history_pages(None, history_entries(45)),

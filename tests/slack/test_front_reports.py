@@ -14,7 +14,7 @@ from bot.slack import SlackFrontEnd
 from bot.slack._book import MessageBook
 from bot.store import Store, record_agent_proposal
 from bot.testing import SlackApiStandIn
-from tests.slack._samples import PLAN, T0, report_reply
+from tests.slack._samples import PLAN, T0, memory_notice_reply, report_reply
 
 CHANNEL = "C0OPS"
 
@@ -105,3 +105,15 @@ def test_the_report_is_in_the_channel_before_any_chart_is_drawn(
     upload = slack.upload(shared.files[0])
     assert upload is not None
     assert upload.data == b"drawn png"
+
+
+def test_a_memory_notice_is_posted_visibly_in_the_channel(
+    slack: SlackApiStandIn, store: Store
+) -> None:
+    """A MemoryNoticeReply from the sampling turn is one visible message in the channel, with
+    the host, the operation and the figures."""
+    _front(slack, store).post(CHANNEL, memory_notice_reply())
+    (said,) = slack.history(CHANNEL)
+    assert said.text.startswith("kimi-01: memory notice at 10:31 UTC: after ready: the server's")
+    assert "(last operation #12)" in str(said.blocks)
+    assert "headroom 3.0 GB (cgroup), floor 10.7 GB, cgroup limit 14.0 GB" in str(said.blocks)

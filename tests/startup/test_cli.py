@@ -92,3 +92,22 @@ def test_real_command_line() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["host_gb_per_rank"]["TP3"] == 48.0
+
+
+def test_text_report_shows_sglangs_headroom_beside_the_host_pools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A start that logged SGLang's headroom line shows it, the GB it sized within and the host
+    pools it took, in one line."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-11-30 10:00:02 TP0] HiCache memory headroom: host 123.4 GiB, cgroup 13.0 GiB\n"
+        "[2026-11-30 10:00:03 TP0] Allocating kv hierarchical KV host pool: 56923 tokens, "
+        "2.00 GB host memory.\n"
+    )
+    main(["startup-report", str(log)])
+    out = capsys.readouterr().out
+    assert (
+        "memory headroom SGLang saw: host 123.4 GiB, cgroup 13.0 GiB; it sized within 13.0 GiB "
+        "(14.0 GB), the host pools took 2.00 GB"
+    ) in out

@@ -14,6 +14,7 @@ from bot.startup import (
     GraphProgress,
     HostPool,
     MaxTotalTokens,
+    MemoryHeadroom,
     Phase,
     PhaseStarted,
     RankSeen,
@@ -378,3 +379,14 @@ def test_a_line_naming_the_sliding_window_pool_without_figures_gives_no_pool_eve
         "[2026-11-02 10:01:08 TP0] SWAKVPool mem usage unknown\n"
     )
     assert not [e for e in events if isinstance(e, (SlidingWindowSplit, SlidingWindowPool))]
+
+
+def test_sglangs_memory_headroom_line_is_an_event() -> None:
+    """0.5.23's ``HiCache memory headroom: host 123.4 GiB, cgroup 56.7 GiB`` gives its two
+    figures and the rank that logged it; SGLang plans with the smaller."""
+    line = "[2026-11-30 10:00:02 TP0] HiCache memory headroom: host 123.4 GiB, cgroup 56.7 GiB\n"
+    events = [e for e in parse_all(line) if isinstance(e, MemoryHeadroom)]
+    assert len(events) == 1
+    assert (events[0].rank, events[0].host_gib, events[0].cgroup_gib) == ("TP0", 123.4, 56.7)
+    assert events[0].headroom_gib == 56.7
+    assert events[0].line == line.rstrip("\n")

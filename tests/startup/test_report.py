@@ -211,3 +211,23 @@ def test_to_dict_has_the_documented_keys(name: str) -> None:
     ):
         assert key in data
     assert set(data["phases"][0]) >= {"name", "start", "end"}
+
+
+def test_the_report_keeps_sglangs_headroom_beside_the_host_pools() -> None:
+    """The first rank's headroom line is kept in the report and its JSON, beside the host pool
+    the start allocated after it."""
+    text = (
+        "[2026-11-30 10:00:02 TP0] HiCache memory headroom: host 123.4 GiB, cgroup 13.0 GiB\n"
+        "[2026-11-30 10:00:02 TP1] HiCache memory headroom: host 120.0 GiB, cgroup 12.9 GiB\n"
+        "[2026-11-30 10:00:03 TP0] Allocating kv hierarchical KV host pool: 56923 tokens, "
+        "2.00 GB host memory.\n"
+    )
+    report = build_report(parse_all(text))
+    assert report.sglang_headroom is not None
+    assert (report.sglang_headroom.host_gib, report.sglang_headroom.cgroup_gib) == (123.4, 13.0)
+    assert report.to_dict()["sglang_headroom"] == {
+        "host_gib": 123.4,
+        "cgroup_gib": 13.0,
+        "headroom_gib": 13.0,
+    }
+    assert build_report(parse_all(text.splitlines(keepends=True)[2])).sglang_headroom is None

@@ -48,3 +48,33 @@ def test_a_stopped_rollout_says_what_changed_and_what_to_do() -> None:
         "  'resume fleet prod' carries it on, 'rollback fleet prod' undoes it",
     ]
     assert replica_end_line(view, "kimi-02") == "rollout #3 of fleet prod: kimi-02 rolled_back"
+
+
+def test_a_stopped_restart_shows_restarting_and_no_undo_advice() -> None:
+    """A restart's replica under its agent's operation reads 'restarting' (not 'resizing'),
+    and a stopped rollout that changed nothing does not advise 'rollback fleet' (it failed
+    before: 'resizing', and "'rollback fleet prod' undoes it")."""
+    view = RolloutView(
+        5, "prod", "restart", "ana", RolloutState.STOPPED,
+        (
+            ReplicaView("kimi-01", URL, ReplicaPhase.RESIZING, operation_id=8),
+            ReplicaView("kimi-02", URL, ReplicaPhase.UNCHANGED),
+        ),
+        reason="kimi-02's agent does not answer",
+    )  # fmt: skip
+    lines = rollout_lines(view)
+    assert lines[1] == "  kimi-01  restarting   agent operation 8"
+    assert lines[-1] == "  'resume fleet prod' carries it on"
+
+
+def test_a_rollback_line_names_the_config_it_returns_to() -> None:
+    """A rollback's replica line says which config it goes back to, and its phase under the
+    agent's operation reads 'rolling back'."""
+    view = RolloutView(
+        6, "prod", "rollback", "ana", RolloutState.RUNNING,
+        (ReplicaView("kimi-01", URL, ReplicaPhase.RESIZING, operation_id=9,
+                     new_config="size 20 GB/rank"),),
+    )  # fmt: skip
+    assert rollout_lines(view)[1] == (
+        "  kimi-01  rolling back  back to size 20 GB/rank  agent operation 9"
+    )

@@ -7,15 +7,24 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.agent_json import AgentEvent, AgentPlan
+from bot.agent_json import AgentEvent, AgentPlan, AgentStatus
 from bot.chat.audit import Watch
 from bot.chat.policy import Action, Refusal, RefusalKind
 from bot.chat.progress import progress_view
-from bot.chat.replies import ProblemReply, ProposalReply, RefusalReply, UsageReply
+from bot.chat.replies import (
+    HostAnswer,
+    ProblemReply,
+    ProposalReply,
+    RefusalReply,
+    StatusReply,
+    UsageReply,
+)
 from bot.terminal.cli import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exit_code
 from bot.terminal.front import TerminalFrontEnd
-from bot.terminal.wording import final_line, progress_lines
+from bot.terminal.wording import final_line, progress_lines, reply_lines
 from bot.vocab import OperationState
+from tests.reports._fixtures import status_json
+from tests.slack._samples import memory_notice_reply
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "agent_events"
 WATCH = Watch("kimi-01", 3, "Resize kimi-01: hicache ratio 4", "ben", "ana")
@@ -86,3 +95,43 @@ def test_a_terminal_redraws_the_block_in_place_and_a_pipe_gets_lines() -> None:
     assert f"\x1b[{drawn}F\x1b[J" in tty.getvalue()
     assert "\x1b[" not in pipe.getvalue()
     assert [line[:1] for line in pipe.getvalue().splitlines()] == ["[", "["]
+
+
+def test_status_shows_the_servers_cgroup_limit_and_headroom() -> None:
+    """An agent reporting a cgroup limit: the host RAM line names the level, the limit and the
+    headroom; an agent without one (or older) shows the line as before."""
+    ram = {
+        "total_gb": 25.3,
+        "available_gb": 22.7,
+        "server_held_gb": 2.34,
+        "cgroup_limit_gb": 15.03,
+        "cgroup_limit_from": "/process_api/abc (memory.limit_in_bytes)",
+        "headroom_gb": 13.03,
+    }
+    limited = AgentStatus.from_json(status_json(ram=ram))
+    plain = AgentStatus.from_json(status_json())
+    lines = reply_lines(
+        StatusReply(
+            (
+                HostAnswer("kimi-01", "http://a", True, limited, None),
+                HostAnswer("kimi-02", "http://b", False, plain, None),
+            )
+        )
+    )
+    ram_lines = [line for line in lines if line.startswith("  host RAM")]
+    assert ram_lines == [
+        "  host RAM  22.7 GB available of 25.3 GB; 2.3 GB held by the server; cgroup "
+        "/process_api/abc (memory.limit_in_bytes) limits it to 15.0 GB, 13.0 GB headroom",
+        "  host RAM  237.9 GB available of 449.0 GB; 207.1 GB held by the server",
+    ]
+
+
+def test_a_memory_notice_is_one_line_with_its_time_operation_and_figures() -> None:
+    """The post-ready watch's notice reads as one line: host, time, last operation, sentence."""
+    reply = memory_notice_reply()
+    assert reply_lines(reply) == [
+        "kimi-01: memory notice at 10:31 UTC (last operation #12): after ready: the server's "
+        "cgroup has 3.0 GB left under its 14.0 GB limit, below the guard's floor of 10.7 GB "
+        "(7.8 GB short); the server keeps running, nothing was restarted, and the OOM killer "
+        "may end it if memory keeps growing"
+    ]

@@ -13,9 +13,11 @@ from bot.agent.tls import plaintext_refusal, transport_warnings
 from bot.agent.tokens import TokenSet
 from bot.settings import Secret
 
+GOOD_TOKEN = "0123456789abcdef" * 2  # MIN_TOKEN_CHARS of them, written out
 
-def settings(host: str, **keys: Any) -> AgentSettings:
-    return AgentSettings(tokens=TokenSet.single(Secret("t")), listen_host=host, **keys)
+
+def settings(host: str, token: str = GOOD_TOKEN, **keys: Any) -> AgentSettings:
+    return AgentSettings(tokens=TokenSet.single(Secret(token)), listen_host=host, **keys)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
@@ -50,3 +52,14 @@ def test_a_key_readable_by_others_is_warned_about(tmp_path: Path) -> None:
     assert "mode 0644" in loose[0]
     key.chmod(0o600)
     assert transport_warnings(settings("127.0.0.1", tls_cert=tmp_path / "c", tls_key=key)) == []
+
+
+def test_a_token_short_enough_to_guess_is_warned_about_by_position_only() -> None:
+    """A 5-character token is named by its entry and the variable in a warning, never by its
+    text (it was accepted without a word); 32 characters are quiet."""
+    warned = transport_warnings(settings("127.0.0.1", token="abcde"))
+    assert len(warned) == 1
+    assert "entry 1 of KIMI_AGENT_TOKEN" in warned[0]
+    assert "shorter than 32 characters" in warned[0]
+    assert "abcde" not in warned[0]
+    assert transport_warnings(settings("127.0.0.1", token="x" * 32)) == []

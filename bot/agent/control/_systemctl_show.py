@@ -3,7 +3,9 @@
 ``systemctl show -p ActiveState,...`` prints ``KEY=VALUE`` lines, e.g. ``ActiveState=failed``,
 ``MainPID=0``, ``ExecMainStatus=9``, ``ExecMainCode=2`` (killed by signal 9),
 ``ExecMainStartTimestamp=Sat 2026-11-29 07:20:01 UTC``,
-``InvocationID=6f1c0c5e0a2f4bd6a4b3f0e1d2c3b4a5``.
+``InvocationID=6f1c0c5e0a2f4bd6a4b3f0e1d2c3b4a5``; and for the memory cgroup,
+``ControlGroup=/system.slice/sglang.service`` (empty while the unit is stopped: systemd removes
+the cgroup), ``Slice=system.slice``, ``MemoryMax=68719476736`` and ``MemoryHigh=infinity``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,19 @@ import time
 from datetime import UTC, datetime
 
 from bot.agent.control.protocol import ServerProcessState
+from bot.agent.host.probe import ServerCgroup
+from bot.errors import BackendError
 from bot.vocab import ServerState
 
-__all__ = ["SHOW_PROPERTIES", "invocation_of", "process_state", "show_exec_start"]
+__all__ = [
+    "CGROUP_PROPERTIES",
+    "SHOW_PROPERTIES",
+    "invocation_of",
+    "process_state",
+    "server_cgroup",
+    "show_exec_start",
+    "slice_path",
+]
 
 # systemd's ActiveState, as the agent's ServerState; anything else (inactive, maintenance) is
 # not running.
@@ -29,6 +41,7 @@ _ACTIVE_STATES = {
 SHOW_PROPERTIES = (
     "ActiveState,SubState,MainPID,ExecMainStatus,ExecMainCode,ExecMainStartTimestamp,InvocationID"
 )
+CGROUP_PROPERTIES = "ActiveState,MainPID,ControlGroup,Slice,MemoryMax,MemoryHigh"
 _CLD_KILLED, _CLD_DUMPED = "2", "3"  # ExecMainCode: the main process died of a signal
 
 
@@ -42,6 +55,43 @@ def process_state(fields: dict[str, str]) -> ServerProcessState:
         exit_status = -exit_status  # died of signal N: -N, as for a child process
     started = _parse_timestamp(fields.get("ExecMainStartTimestamp", ""))
     return ServerProcessState(state, pid or None, exit_status, started)
+
+
+def server_cgroup(fields: dict[str, str], unit: str) -> ServerCgroup:
+    """Where the unit's server is charged: its main process while it runs; else the cgroup
+    systemd will create for it (``ControlGroup``, or its slice's path and the unit's name)
+    with the unit's ``MemoryMax``/``MemoryHigh``."""
+    state = process_state(fields)
+    if state.running and state.main_pid is not None:
+        return ServerCgroup(pid=state.main_pid)
+    path = fields.get("ControlGroup", "").strip()
+    if not path:
+        path = f"{slice_path(fields.get('Slice', '').strip() or 'system.slice')}/{unit}"
+        path = path.replace("//", "/")
+    return ServerCgroup(
+        planned_path=path,
+        planned_max_bytes=_memory_limit(fields, "MemoryMax"),
+        planned_high_bytes=_memory_limit(fields, "MemoryHigh"),
+    )
+
+
+def slice_path(name: str) -> str:
+    """A slice's cgroup path: ``system.slice`` -> ``/system.slice``, ``a-b.slice`` ->
+    ``/a.slice/a-b.slice`` (each dash opens a level), ``-.slice`` -> ``/``."""
+    if name in ("", "-.slice"):
+        return "/"
+    stem = name.removesuffix(".slice")
+    parts = stem.split("-")
+    return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def _memory_limit(fields: dict[str, str], name: str) -> int | None:
+    value = fields.get(name, "").strip()
+    if value in ("", "infinity", "[not set]"):
+        return None
+    if not value.isdigit():
+        raise BackendError(f"systemctl show gave {name}={value!r}, expected bytes or infinity")
+    return int(value)
 
 
 def invocation_of(value: str) -> str:

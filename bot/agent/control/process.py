@@ -33,6 +33,7 @@ import psutil
 
 from bot.agent.control._atomic_file import read_json, write_json
 from bot.agent.control.protocol import MARKER_ENV, ServerProcessState, StopHow, StopResult
+from bot.agent.host.probe import ServerCgroup
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
@@ -218,6 +219,12 @@ class ProcessControl:
             run.exit_status,
             run.started_at,
         )
+
+    def cgroup(self) -> ServerCgroup:
+        """The running server's process; a stopped one starts as the agent's child, in the
+        agent's own cgroup."""
+        state = self.status()
+        return ServerCgroup(pid=state.main_pid if state.running else None)
 
     def started(self, marker: str) -> bool:
         run = self._load_run()

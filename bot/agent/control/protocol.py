@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bot.agent.host.probe import ServerCgroup
 from bot.vocab import ServerState
 
 __all__ = [
@@ -118,6 +119,11 @@ class ServerControl(Protocol):
 
     def status(self) -> ServerProcessState:
         """The server process's state now."""
+        ...
+
+    def cgroup(self) -> ServerCgroup:
+        """Where the server's memory is charged: the running process, or the cgroup it will
+        start in (a stopped unit's, or the agent's own for a server the agent spawns)."""
         ...
 
     def open_log(self, since: float | None = None) -> LogSource:

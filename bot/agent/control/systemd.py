@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING
 from bot.agent.control._atomic_file import read_json, write_atomic, write_json
 from bot.agent.control._journal import JournalLogSource, journal_head
 from bot.agent.control._systemctl_show import (
+    CGROUP_PROPERTIES,
     SHOW_PROPERTIES,
     invocation_of,
     process_state,
+    server_cgroup,
     show_exec_start,
 )
 from bot.agent.control._unit_file import (
@@ -38,6 +40,7 @@ from bot.agent.control._unit_file import (
     quote_argv,
 )
 from bot.agent.control.protocol import ServerProcessState, StopHow, StopResult
+from bot.agent.host.probe import ServerCgroup
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock
 from bot.errors import BackendError
@@ -139,11 +142,14 @@ class SystemdControl:
     def status(self) -> ServerProcessState:
         return process_state(self._show())
 
-    def _show(self) -> dict[str, str]:
+    def cgroup(self) -> ServerCgroup:
+        return server_cgroup(self._show(CGROUP_PROPERTIES), self._unit)
+
+    def _show(self, properties: str = SHOW_PROPERTIES) -> dict[str, str]:
         """The unit's properties the backend reads, in one ``systemctl show``."""
         return dict(
             line.partition("=")[::2]
-            for line in self._run("show", "-p", SHOW_PROPERTIES, self._unit).splitlines()
+            for line in self._run("show", "-p", properties, self._unit).splitlines()
             if "=" in line
         )
 

@@ -11,6 +11,10 @@
 - :mod:`bot.agent.engine.watcher`: a start's log turned into events and figures (pure);
 - :mod:`bot.agent.engine.guard`: a start stopped when its host pools exceed the plan's budget or
   host RAM falls below the floor;
+- :mod:`bot.agent.engine.memory_watch`: after ready, the headroom's crossings of the guard's
+  floor, one per fall (pure);
+- :mod:`bot.agent.engine.post_ready`: the thread that samples a serving server's headroom and
+  keeps the notices;
 - :mod:`bot.agent.engine.progress`: progress 0..1 and the ETA (pure);
 - :mod:`bot.agent.engine.gpu_wait`: waiting for the server's GPUs to free;
 - :mod:`bot.agent.engine.served_setting`: does ``/server_info`` show what was applied (pure);
@@ -34,7 +38,9 @@ from bot.agent.engine.crash_points import (
 from bot.agent.engine.gpu_wait import WaitResult, gpu_indices, wait_for_gpus_free
 from bot.agent.engine.guard import GuardTrip, PoolBudget, StartGuard, guard_note
 from bot.agent.engine.manager import OperationManager, Planner
+from bot.agent.engine.memory_watch import HeadroomCrossings, HeadroomSample, MemoryCrossing
 from bot.agent.engine.position import OperationPosition
+from bot.agent.engine.post_ready import MemoryNotice, MemoryNoticeLog, PostReadyWatch
 from bot.agent.engine.runner import Runner
 from bot.agent.engine.start_attempt import StartAttempt
 
@@ -46,10 +52,16 @@ __all__ = [
     "CrashPoint",
     "CrashPoints",
     "GuardTrip",
+    "HeadroomCrossings",
+    "HeadroomSample",
+    "MemoryCrossing",
+    "MemoryNotice",
+    "MemoryNoticeLog",
     "OperationManager",
     "OperationPosition",
     "Planner",
     "PoolBudget",
+    "PostReadyWatch",
     "Runner",
     "RunnerContext",
     "SGLangLike",

@@ -97,10 +97,9 @@ def guard_note(settings: GuardSettings, budget_bytes: float) -> str:
 
 
 def room_left(ram: RamFacts) -> int:
-    """RAM a start can still take: available, or the cgroup's room under its limit if less."""
-    if ram.cgroup_limit_bytes is not None and ram.cgroup_used_bytes is not None:
-        return min(ram.available_bytes, ram.cgroup_limit_bytes - ram.cgroup_used_bytes)
-    return ram.available_bytes
+    """RAM a start can still take: the memory domain's headroom (host MemAvailable, or the
+    cgroup's room under its limit if less), the figure the planner and the watch read too."""
+    return ram.headroom_bytes
 
 
 class StartGuard:

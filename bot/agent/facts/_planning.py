@@ -66,6 +66,9 @@ def plan_on(
         available_bytes=snap.ram.available_bytes,
         server_held_bytes=snap.server_held_bytes,
         cgroup_limit_bytes=snap.ram.cgroup_limit_bytes,
+        cgroup_headroom_bytes=snap.ram.cgroup_headroom_bytes,
+        cgroup_path=snap.ram.cgroup_path,
+        total_bytes=snap.ram.total_bytes,
     )
     hints = model_hints(snap.command or ())
     model = read_model_files(hints.model_path, snap.topology.tp, hints.kv_cache_dtype)

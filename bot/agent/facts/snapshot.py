@@ -26,7 +26,7 @@ from bot.agent.config import AgentSettings
 from bot.agent.facts._capacity import CapacityReader
 from bot.agent.facts._planning import plan_on
 from bot.agent.facts._values import Capacity, FactsSnapshot, ServerSnapshot
-from bot.agent.host.probe import GpuFacts, HostProbe, RamFacts
+from bot.agent.host.probe import GpuFacts, HostProbe, RamFacts, ServerCgroup
 from bot.clock import Clock
 from bot.errors import KimiOpsError, ProbeError
 from bot.planner import ChangeRequest, Plan, StartSample
@@ -58,6 +58,8 @@ class _Control(Protocol):
     def read_command(self) -> list[str]: ...
 
     def status(self) -> _ProcessState: ...
+
+    def cgroup(self) -> ServerCgroup: ...
 
     def last_run_key(self) -> str | None: ...
 
@@ -125,11 +127,11 @@ class FactsService:
         errors: list[KimiOpsError] = []
         command, hicache, topology = self._command(errors)
         server, info = self._server(errors)
-        ram = self._ram(errors)
+        ram = self._ram(errors, ServerCgroup(pid=server.pid))
         held = 0
-        if server.pid is not None:
+        if server.pid is not None and ram is not None:
             try:
-                held = self._probe.process_tree_rss(server.pid)
+                held = self._probe.released_by_stop(server.pid, ram)
             except ProbeError as exc:
                 errors.append(exc)
         gpus = self._gpus(errors)
@@ -200,9 +202,12 @@ class FactsService:
             info,
         )
 
-    def _ram(self, errors: list[KimiOpsError]) -> RamFacts | None:
+    def _ram(self, errors: list[KimiOpsError], running: ServerCgroup) -> RamFacts | None:
+        """Host RAM and the server's memory domain: the running server's cgroup, else the one
+        its backend will start it in."""
         try:
-            return self._probe.ram()
+            where = running if running.pid is not None else self._control.cgroup()
+            return self._probe.ram(where)
         except KimiOpsError as exc:
             errors.append(exc)
             return None

@@ -1,6 +1,6 @@
-"""The process table through psutil: a process's name and command line, the resident memory of a
-process tree, and SGLang children left behind by a killed server (and, for a resume, the server
-an agent started, found by the marker in its environment).
+"""The process table through psutil: a process's name and command line, the memory a process tree
+holds counted once (proportional set size), and SGLang children left behind by a killed server
+(and, for a resume, the server an agent started, found by the marker in its environment).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from bot.errors import RamProbeError
 
 __all__ = [
     "STRAY_PREFIXES",
-    "members_rss",
+    "members_pss",
     "process_info",
     "process_tree_pids",
-    "process_tree_rss",
+    "process_tree_pss",
     "stray_processes",
 ]
 
@@ -34,17 +34,23 @@ def process_tree_pids(pid: int) -> set[int]:
     return {pid, *(child.pid for child in children)}
 
 
-def process_tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and every descendant; 0 when the process is gone."""
-    return members_rss(process_tree_pids(pid))
+def process_tree_pss(pid: int) -> int:
+    """Proportional set size of ``pid`` and every descendant; 0 when the process is gone."""
+    return members_pss(process_tree_pids(pid))
 
 
-def members_rss(members: Iterable[int]) -> int:
-    """Resident bytes of the ``members`` still alive (a tree's, found earlier)."""
+def members_pss(members: Iterable[int]) -> int:
+    """Proportional set size of the ``members`` still alive (a tree's, found earlier).
+
+    A page shared by N processes counts 1/N in each one's PSS (``/proc/<pid>/smaps_rollup``),
+    so the sum counts it once; a sum of RSS counts it N times (torch's libraries and the shared
+    memory of SGLang's scheduler, tokenizer and detokenizer processes). The pages the tree
+    shares with processes outside it count in part, as those keep them after a stop.
+    """
     total = 0
     for member in members:
         try:
-            total += int(psutil.Process(member).memory_info().rss)
+            total += int(psutil.Process(member).memory_full_info().pss)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue  # exited while we were counting: it holds nothing any more
         except psutil.AccessDenied as exc:

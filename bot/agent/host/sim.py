@@ -17,14 +17,25 @@ from typing import TYPE_CHECKING
 
 from bot.agent.host import _process_table
 from bot.agent.host._tree_cache import TreeMembers
-from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts
+from bot.agent.host.probe import (
+    GpuFacts,
+    GpuInfo,
+    GpuProcess,
+    ProcessInfo,
+    RamFacts,
+    ServerCgroup,
+    released_within,
+)
 from bot.clock import Clock, SystemClock
 from bot.sim import HostProfile, HostSnapshot, load_profile, read_host_state, state_dir_for
 
 if TYPE_CHECKING:
     from bot.agent.config import AgentSettings
 
-__all__ = ["SimProbe"]
+__all__ = ["SIM_CGROUP", "SimProbe"]
+
+#: The memory cgroup a simulated server with a limit runs in (a name only: nothing is created).
+SIM_CGROUP = "/kimi-sim.slice/sglang.service"
 
 
 class SimProbe:
@@ -61,9 +72,25 @@ class SimProbe:
             self.profile, self.state_dir, None if self._now is None else self._now()
         )
 
-    def ram(self) -> RamFacts:
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
+        """The simulated host's RAM; with a profile's ``cgroup_limit_gb``, the memory cgroup the
+        simulated server runs in alone (``SIM_CGROUP``): its usage is what the live simulated
+        servers hold, as the simulator sizes its pools against it."""
         snapshot = self._snapshot()
-        return RamFacts(snapshot.ram_total_bytes, snapshot.ram_available_bytes)
+        limit = self.profile.cgroup_limit_bytes
+        if limit is None:
+            return RamFacts(snapshot.ram_total_bytes, snapshot.ram_available_bytes)
+        used = sum(s.host_bytes for s in snapshot.servers)
+        return RamFacts(
+            snapshot.ram_total_bytes,
+            snapshot.ram_available_bytes,
+            cgroup_limit_bytes=limit,
+            cgroup_used_bytes=used,
+            cgroup_path=SIM_CGROUP,
+            cgroup_limit_file="memory.max",
+            cgroup=SIM_CGROUP,
+            server_cgroup_used_bytes=used,
+        )
 
     def gpus(self) -> GpuFacts:
         snapshot = self._snapshot()
@@ -81,11 +108,13 @@ class SimProbe:
             ),
         )
 
-    def process_tree_rss(self, pid: int) -> int:
+    def released_by_stop(self, pid: int, ram: RamFacts) -> int:
         """Host bytes the simulator records for ``pid`` or any of its descendants (a launcher
-        may sit between the agent and the simulator); 0 when none is a live simulated server."""
+        may sit between the agent and the simulator), within what ``ram`` has in use; 0 when
+        none is a live simulated server."""
         tree = self._trees.members(pid) or {pid}
-        return sum(s.host_bytes for s in self._snapshot().servers if s.pid in tree)
+        held = sum(s.host_bytes for s in self._snapshot().servers if s.pid in tree)
+        return released_within(held, ram)
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
         """The simulated host's ``sglang::*`` GPU holders outside the trees of

@@ -9,12 +9,30 @@ A running server on the simulated 449 GB host gives, in part::
                 "effective": "ratio 2 x device pool"},
      "capacity": {"device_tokens": 159274, "kv_bytes_per_token": 70247.4,
                   "host_tokens_per_rank": 318549, "host_gb_per_rank": 22.39, "ranks": 8},
-     "ram": {"total_gb": 449.0, "available_gb": 237.9, "server_held_gb": 207.1, ...},
+     "ram": {"total_gb": 449.0, "available_gb": 237.9, "server_held_gb": 207.1,
+             "cgroup": "/system.slice/sglang.service", "cgroup_limit_gb": 300.0,
+             "cgroup_limit_from": "/system.slice/sglang.service (memory.max)",
+             "cgroup_headroom_gb": 92.9, "headroom_gb": 92.9, ...},
      "gpus": {"available": true, "reason": null, "devices": [{"index": 0, ...}]},
      "guard": {"enabled": true, "interval_s": 0.5, "floor_gb": 10.74},
      "metrics": {"token_usage": 0.42, "running_requests": 3, "queued_requests": 0,
                  "cache_hit_rate": 0.31, "host_total_tokens": null},
      "operation": null, "fingerprint": "3f1c0a9e5d7b2c41", "problems": []}
+
+``ram`` is the server's memory domain: ``cgroup`` its memory cgroup (null: none known),
+``cgroup_limit_from`` the level and file whose limit leaves the least, ``cgroup_headroom_gb``
+what that level leaves (limit less usage less reclaimable file pages) and ``headroom_gb`` the
+smaller of it and ``available_gb``, as SGLang counts it; ``server_held_gb`` is what stopping the
+server frees, each page once.
+``memory_watch`` is the post-ready memory watch (``bot.agent.engine.post_ready``): its floor,
+whether the headroom is under it now, and its recent notices, each numbered (``seq``) so the bot
+posts each once::
+
+    "memory_watch": {"floor_gb": 10.74, "below_floor": true, "last_headroom_gb": 8.2, ...,
+                     "notices": [{"seq": 1, "at": "2026-02-24T11:31:02.114+00:00",
+                                  "where": "host", "headroom_gb": 8.2, "available_gb": 8.2,
+                                  "cgroup_limit_gb": null, "floor_gb": 10.74,
+                                  "message": "after ready: host RAM available fell to ..."}]}
 
 ``metrics`` is the server's own ``/metrics`` read as figures (null when it serves none: SGLang
 without ``--enable-metrics``, or not up); added after the rest, so older bots ignore it.
@@ -45,8 +63,13 @@ def status_body(
     operation: dict[str, Any] | None,
     metrics: ServerMetrics | None = None,
     router_url: str | None = None,
+    *,
+    memory_watch: dict[str, Any] | None = None,
+    memory_problem: str | None = None,
 ) -> dict[str, Any]:
-    """The body; ``router_url`` is the server's URL as a fleet's router reaches it."""
+    """The body; ``router_url`` is the server's URL as a fleet's router reaches it;
+    ``memory_watch`` is the post-ready watch's section (its floor and recent notices) and
+    ``memory_problem`` its sentence while the headroom is under the floor."""
     server = snap.server
     hicache = snap.hicache
     capacity = snap.capacity
@@ -89,7 +112,8 @@ def status_body(
         "metrics": None if metrics is None else asdict(metrics),
         "operation": operation,
         "fingerprint": snap.fingerprint,
-        "problems": list(snap.problems),
+        "problems": [*snap.problems, *([memory_problem] if memory_problem else [])],
+        "memory_watch": memory_watch,
     }
 
 
@@ -99,21 +123,36 @@ def _ram(ram: RamFacts | None, held: int) -> dict[str, Any]:
             "total_gb": None,
             "available_gb": None,
             "server_held_gb": gb(held),
+            "cgroup": None,
             "cgroup_limit_gb": None,
+            "cgroup_limit_from": None,
+            "cgroup_headroom_gb": None,
+            "headroom_gb": None,
             "total_bytes": None,
             "available_bytes": None,
             "server_held_bytes": held,
             "cgroup_limit_bytes": None,
+            "cgroup_headroom_bytes": None,
+            "headroom_bytes": None,
         }
+    limit_from = None
+    if ram.cgroup_path is not None:
+        limit_from = f"{ram.cgroup_path} ({ram.cgroup_limit_file})"
     return {
         "total_gb": gb(ram.total_bytes),
         "available_gb": gb(ram.available_bytes),
         "server_held_gb": gb(held),
+        "cgroup": ram.cgroup,
         "cgroup_limit_gb": gb(ram.cgroup_limit_bytes),
+        "cgroup_limit_from": limit_from,
+        "cgroup_headroom_gb": gb(ram.cgroup_headroom_bytes),
+        "headroom_gb": gb(ram.headroom_bytes),
         "total_bytes": ram.total_bytes,
         "available_bytes": ram.available_bytes,
         "server_held_bytes": held,
         "cgroup_limit_bytes": ram.cgroup_limit_bytes,
+        "cgroup_headroom_bytes": ram.cgroup_headroom_bytes,
+        "headroom_bytes": ram.headroom_bytes,
     }
 
 

@@ -21,6 +21,7 @@ from bot.clock import Clock
 from bot.errors import AgentError
 from bot.prometheus import prometheus_samples, server_metrics
 from bot.reports import (
+    MEMORY_NOTICE_WINDOW,
     ConfigChange,
     GpuMemory,
     HostReport,
@@ -116,9 +117,10 @@ def report_from(
         hicache_gb = status.host_gb_per_rank * status.ranks
     ready = [op for op in operations if op.state is OperationState.READY]
     last = operations[0] if operations else None
+    now = clock.now()
     return HostReport(
         host=name,
-        at=clock.now(),
+        at=now,
         server_state=str(status.server_state),
         version=status.version,
         uptime_s=status.uptime_s,
@@ -137,6 +139,10 @@ def report_from(
         if last is None
         else LastOperation(last.id, str(last.kind), str(last.state), last.actor, last.created_at),
         changes=_changes(operations),
+        memory_notices=tuple(
+            n for n in status.memory.notices if n.at >= now - MEMORY_NOTICE_WINDOW
+        ),
+        memory_below_floor=status.memory.below_floor,
     )
 
 

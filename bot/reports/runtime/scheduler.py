@@ -35,6 +35,7 @@ from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from bot.chat.handler_context import Context
+from bot.chat.memory_notices import MemoryNoticeDesk
 from bot.chat.replies import ProblemReply, ReportPoster
 from bot.chat.report_commands import capacity_report
 from bot.clock import Clock, SystemClock
@@ -103,6 +104,7 @@ class ReportScheduler:
         self.name = name
         self.owner = _owner()
         self._clock = clock or SystemClock()
+        self.memory_notices = MemoryNoticeDesk(store, poster, self._clock)
         # Guards every call a job makes into the scheduler, and ``_closing``: APScheduler's
         # ``shutdown(wait=True)`` holds its job-store lock while it waits for running jobs, so a
         # job that reached for that lock during a shutdown would wait for ever (and the shutdown
@@ -191,8 +193,13 @@ class ReportScheduler:
     # -- the jobs' work (called through bot.reports.runtime.jobs) ---------------------------
 
     def run_sample(self) -> None:
-        """Store every host's sample, then delete those older than ``[reports] keep_days``."""
-        self.desk.gather(self.desk.host_names)
+        """Store every host's sample, post the agents' new memory notices, then delete samples
+        older than ``[reports] keep_days``."""
+        reports = self.desk.gather(self.desk.host_names)
+        try:
+            self.memory_notices.post_new(reports)
+        except KimiOpsError:  # the store's answer: the samples are kept all the same
+            log.exception("memory notices not posted")
         self.desk.forget_old_samples()
 
     def run_report(self, schedule_id: int) -> None:

@@ -149,11 +149,11 @@ def test_start_follow_log_and_stop_the_simulator(systemd: SystemdControl) -> Non
     # ratio 3 -> 600,000 tokens, one extra page (page size 1) -> 600,001 tokens per rank, 2 ranks.
     pools = 2 * 600_001 * 35_136
     probe = SimProbe(load_profile("small-2gpu"), _sim_state_dir())
-    assert probe.process_tree_rss(state.main_pid) >= pools
+    assert probe.released_by_stop(state.main_pid, probe.ram()) >= pools
     result = systemd.stop(grace_s=30)
     assert result.how == "terminated"
     assert systemd.status().state == ServerState.STOPPED
-    assert probe.process_tree_rss(state.main_pid) == 0
+    assert probe.released_by_stop(state.main_pid, probe.ram()) == 0
 
 
 def _sim_state_dir() -> Path:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bot.agent.engine.gpu_wait import wait_for_gpus_free
-from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts
+from bot.agent.host.probe import GpuFacts, GpuInfo, GpuProcess, ProcessInfo, RamFacts, ServerCgroup
 from bot.errors import GpusBusyError
 
 GB = 10**9
@@ -48,7 +48,7 @@ class ScriptedProbe:
         self.calls = 0
         self.stray_calls = 0
 
-    def ram(self) -> RamFacts:
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
         return RamFacts(449 * GB, 400 * GB)
 
     def gpus(self) -> GpuFacts:
@@ -56,7 +56,7 @@ class ScriptedProbe:
         self.calls += 1
         return state
 
-    def process_tree_rss(self, pid: int) -> int:
+    def released_by_stop(self, pid: int, ram: RamFacts) -> int:
         return 0
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:

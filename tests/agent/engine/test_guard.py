@@ -23,7 +23,7 @@ from bot.agent.engine.follower import StartFollower
 from bot.agent.engine.guard import PoolBudget, StartGuard, guard_note
 from bot.agent.engine.progress import ProgressModel
 from bot.agent.engine.watcher import StartFigures, StartWatcher
-from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts
+from bot.agent.host.probe import GpuFacts, ProcessInfo, RamFacts, ServerCgroup
 from bot.agent.state.agent_state import AgentState
 from bot.errors import ConfigError, RamProbeError
 from bot.vocab import FailureKind, OperationState, ServerState
@@ -59,7 +59,7 @@ class ScriptedProbe:
     fail: bool = False
     reads: list[float] = field(default_factory=list)
 
-    def ram(self) -> RamFacts:
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
         self.reads.append(self.clock.t)
         if self.fail:
             raise RamProbeError("psutil could not read host memory: [Errno 5] I/O error")
@@ -70,7 +70,7 @@ class ScriptedProbe:
     def gpus(self) -> GpuFacts:
         raise AssertionError("the guard reads no GPU facts")
 
-    def process_tree_rss(self, pid: int) -> int:
+    def released_by_stop(self, pid: int, ram: RamFacts) -> int:
         raise AssertionError("the guard reads no process trees")
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:

@@ -12,7 +12,7 @@ import pytest
 from bot.agent.control.protocol import LogSource, ServerControl, ServerProcessState, StopResult
 from bot.agent.engine.manager import OperationManager
 from bot.agent.facts.snapshot import FactsService
-from bot.agent.host.probe import GpuFacts, HostProbe, ProcessInfo, RamFacts
+from bot.agent.host.probe import GpuFacts, HostProbe, ProcessInfo, RamFacts, ServerCgroup
 from bot.agent.service import make_probe
 from bot.agent.state import OperationView
 from bot.clock import SystemClock
@@ -33,14 +33,14 @@ class _LostGpuProbe:
     def __init__(self, inner: HostProbe) -> None:
         self.inner = inner
 
-    def ram(self) -> RamFacts:
-        return self.inner.ram()
+    def ram(self, server: ServerCgroup | None = None) -> RamFacts:
+        return self.inner.ram(server)
 
     def gpus(self) -> GpuFacts:
         raise GpuProbeError("NVML nvmlDeviceGetComputeRunningProcesses on GPU 1: GPU is lost")
 
-    def process_tree_rss(self, pid: int) -> int:
-        return self.inner.process_tree_rss(pid)
+    def released_by_stop(self, pid: int, ram: RamFacts) -> int:
+        return self.inner.released_by_stop(pid, ram)
 
     def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
         return self.inner.stray_server_processes(exclude_pids)
@@ -85,6 +85,9 @@ class _Control:
 
     def status(self) -> ServerProcessState:
         return self.inner.status()
+
+    def cgroup(self) -> ServerCgroup:
+        return self.inner.cgroup()
 
     def open_log(self, since: float | None = None) -> LogSource:
         return self.inner.open_log(since)

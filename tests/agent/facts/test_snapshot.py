@@ -22,6 +22,7 @@ from bot.agent.config import AgentSettings
 from bot.agent.control.protocol import ServerControl, ServerProcessState
 from bot.agent.facts._sources import LOG_RUN_BYTES, report_of_text
 from bot.agent.facts.snapshot import FactsService, fingerprint_of
+from bot.agent.host.probe import ServerCgroup
 from bot.agent.host.system import SystemProbe
 from bot.agent.http.status import status_body
 from bot.agent.service import make_control, make_probe
@@ -343,6 +344,9 @@ class _StartingUnit:
 
     def status(self) -> ServerProcessState:
         return ServerProcessState(ServerState.STOPPED)
+
+    def cgroup(self) -> ServerCgroup:
+        return ServerCgroup()
 
     def last_run_key(self) -> str | None:
         return "8c4b0d6e2f1a4b3c9d7e5f6a1b2c3d4e"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -9,7 +10,7 @@ from types import MappingProxyType
 import pytest
 
 from bot.agent.config import AgentSettings
-from bot.agent.host.sim import SimProbe
+from bot.agent.host.sim import SIM_CGROUP, SimProbe
 from bot.agent.service import make_probe
 from bot.agent.tokens import TokenSet
 from bot.settings import Secret
@@ -31,7 +32,7 @@ def test_idle_simulated_host_reports_the_profile(tmp_path: Path) -> None:
         (0, 24 * GIB, ()),
         (1, 24 * GIB, ()),
     ]
-    assert probe.process_tree_rss(2**22 + 3) == 0
+    assert probe.released_by_stop(2**22 + 3, probe.ram()) == 0
 
 
 @pytest.mark.slow
@@ -62,3 +63,15 @@ def test_make_probe_picks_the_simulator(tmp_path: Path) -> None:
     assert isinstance(probe, SimProbe)
     assert probe.state_dir == tmp_path
     assert probe.profile.name == "small-2gpu"
+
+
+def test_a_profile_with_a_cgroup_limit_is_the_servers_memory_domain(tmp_path: Path) -> None:
+    """A profile with cgroup_limit_gb puts the simulated server in that cgroup: the probe
+    reports the limit, its level and a headroom under the host's, as the simulator itself
+    sizes against min(host, cgroup)."""
+    profile = dataclasses.replace(load_profile("small-2gpu"), cgroup_limit_gb=14.0)
+    ram = SimProbe(profile, tmp_path).ram()
+    assert ram.cgroup_limit_bytes == 14 * 10**9
+    assert ram.cgroup_path == SIM_CGROUP
+    assert ram.cgroup_used_bytes == 0  # no simulated server holds anything yet
+    assert ram.headroom_bytes == 14 * 10**9  # the cgroup's 14 GB, under the host's 60 GB

@@ -94,11 +94,11 @@ def test_the_probe_reads_each_members_memory_fresh_inside_the_ttl(spawn: Spawn) 
     probe = SystemProbe(clock=clock)  # a StepClock has the monotonic() the probe reads
     process = psutil.Process(grower.pid)
     wait_until(lambda: process.memory_info().rss > 0)
-    before = probe.process_tree_rss(grower.pid)
+    before = probe.released_by_stop(grower.pid, probe.ram())
     assert grower.stdin is not None
     assert grower.stdout is not None
     grower.stdin.write(b"go\n")
     grower.stdin.flush()
     assert grower.stdout.readline().strip() == b"grown"
-    after = probe.process_tree_rss(grower.pid)
+    after = probe.released_by_stop(grower.pid, probe.ram())
     assert after - before >= 190 * 1000**2, (before, after)
