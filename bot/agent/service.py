@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.agent.config import AgentSettings
-from bot.agent.control.docker import ContainerMemoryProbe, DockerControl
+from bot.agent.control.docker import DockerControl
 from bot.agent.control.process import ProcessControl
 from bot.agent.control.protocol import ServerControl
 from bot.agent.control.systemd import SystemdControl
@@ -196,9 +196,6 @@ def build_service(
     used_control = (
         control if control is not None else make_control(settings, used_clock, write_hook)
     )
-    if isinstance(used_control, DockerControl):
-        # The container's memory limit, not the agent's own cgroup, bounds the server.
-        used_probe = ContainerMemoryProbe(used_probe, used_control)
     used_sglang = sglang if sglang is not None else SGLangClient(settings.server_url)
     used_state = state if state is not None else AgentState(settings.state_dir, write_hook)
     facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)

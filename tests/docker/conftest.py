@@ -87,7 +87,9 @@ class Scene:
                     out[name.lstrip("/")] = self.api.inspect_container(summary["Id"])
         return out
 
-    def create(self, argv: list[str], env: dict[str, str] | None = None) -> str:
+    def create(
+        self, argv: list[str], env: dict[str, str] | None = None, memory: int = MEMORY_LIMIT
+    ) -> str:
         """Create and start ``NAME`` running ``argv`` with settings a person would give."""
         sim_state = self.tmp / "sim-host"
         sim_state.mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,7 @@ class Scene:
             pid_mode="host",
             ipc_mode="private",
             shm_size="256m",
-            mem_limit=MEMORY_LIMIT,
+            mem_limit=memory,
             ulimits=[docker.types.Ulimit(name="nofile", soft=4096, hard=8192)],
             restart_policy={"Name": "unless-stopped"},
         )

@@ -68,9 +68,11 @@ def _without_hicache(argv: list[str]) -> list[str]:
     return out
 
 
-def _start_server(scene: Scene, env: dict[str, str] | None = None) -> str:
+def _start_server(
+    scene: Scene, env: dict[str, str] | None = None, memory: int = MEMORY_LIMIT
+) -> str:
     settings = load_agent_settings(scene.config, {TOKEN_ENV: TOKEN})
-    container_id = scene.create(list(settings.command), env)
+    container_id = scene.create(list(settings.command), env, memory)
     client = SGLangClient(settings.server_url)
     try:
         wait_until(lambda: client.health() == 200, timeout_s=60)
@@ -83,7 +85,7 @@ def test_a_resize_replaces_the_container_keeping_every_setting(scene: Scene) -> 
     """A resize to ratio 3 ends ready in a new container NAME started with only the HiCache
     flags changed, every other setting (image, whole HostConfig, env, user, working dir, labels
     plus kimi-ops' own) equal to the old one's, which is kept stopped as NAME.previous; status
-    shows the new pid, ratio 3 and the container's memory limit as the server's domain."""
+    shows the new pid and ratio 3."""
     old_id = _start_server(scene)
     old = scene.api.inspect_container(old_id)
     args = ["--config", str(scene.config)]
@@ -135,7 +137,6 @@ def test_a_resize_replaces_the_container_keeping_every_setting(scene: Scene) -> 
     assert after["server"]["state"] == "running"
     assert after["server"]["pid"] == new["State"]["Pid"]
     assert after["config"]["hicache_ratio"] == 3.0
-    assert after["ram"]["cgroup_limit_bytes"] == MEMORY_LIMIT
 
 
 def test_an_over_budget_start_is_killed_and_rolled_back_to_the_kept_container(
@@ -335,3 +336,27 @@ def test_the_new_container_stopped_by_hand_mid_start_is_rolled_back(scene: Scene
     assert sorted(containers) == [scene.name]
     assert containers[scene.name]["Id"] == old_id
     assert containers[scene.name]["State"]["Status"] == "running"
+
+
+def test_the_containers_cgroup_is_the_servers_memory_domain(scene: Scene) -> None:
+    """With the host's own probe, status reads the running container's cgroup (by its main
+    pid) with its 3 GiB memory limit; once the container is stopped, the cgroup it will start
+    in again, with the same limit from HostConfig.Memory."""
+    limit = 3 * 1024**3
+    text = scene.config.read_text(encoding="utf-8")
+    scene.config.write_text(text.replace('probe = "sim"', 'probe = "host"'), encoding="utf-8")
+    container_id = _start_server(scene, memory=limit)
+    args = ["--config", str(scene.config)]
+    with (
+        run_agent(scene.tmp, args, agent_env(), scene.tmp / "agent-state") as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        running = http.get("/v1/status").json()["ram"]
+        scene.api.stop(container_id, timeout=5)
+        stopped = http.get("/v1/status").json()["ram"]
+    assert running["cgroup_limit_bytes"] == limit, running
+    assert container_id in running["cgroup"]
+    assert 0 < running["cgroup_headroom_bytes"] < limit
+    assert stopped["cgroup_limit_bytes"] == limit, stopped
+    assert container_id in stopped["cgroup"]
+    assert stopped["cgroup_headroom_bytes"] == limit

@@ -37,6 +37,10 @@ State in ``state_dir``:
   time before it (``started(marker)`` is true once the container started since);
 - ``docker-stop.json``: the run the agent stopped, so its exit (143, 137) reads as stopped, not
   failed.
+
+The container's cgroup is the server's memory domain (``cgroup()``: its main process while it
+runs, else the cgroup the daemon will create with ``HostConfig.Memory`` as its limit), read by the
+host probe as for any server.
 """
 
 from __future__ import annotations
@@ -52,14 +56,13 @@ from typing import TYPE_CHECKING, Any
 from bot.agent.cmdline import server_args_start
 from bot.agent.control._atomic_file import read_json, write_json
 from bot.agent.control.protocol import ServerProcessState, StopHow, StopResult
-from bot.agent.host.probe import GpuFacts, HostProbe, ProcessInfo, RamFacts
+from bot.agent.host.probe import ServerCgroup
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook, WriteMoment
 from bot.clock import Clock
 from bot.errors import BackendError, CommandLineError
 from bot.vocab import ServerState
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from pathlib import Path
 
     from bot.agent.config import AgentSettings
@@ -68,7 +71,6 @@ __all__ = [
     "DEFAULT_DOCKER_HOST",
     "LABEL_OPERATION",
     "LABEL_REPLACES",
-    "ContainerMemoryProbe",
     "DockerControl",
     "DockerLogSource",
     "container_argv",
@@ -566,60 +568,28 @@ class DockerControl:
 
     # -- the memory domain -------------------------------------------------------------------
 
-    def memory_domain(self) -> tuple[int | None, int | None]:
-        """(limit, used) bytes of the container's memory domain: ``HostConfig.Memory`` and the
-        container's usage less its inactive page cache (as ``docker stats`` counts it; 0 when
-        it is not running); (None, None) when the container has no memory limit."""
-        found = self.inspect(self.container)
-        if found is None:
-            return None, None
-        limit = int((found.get("HostConfig") or {}).get("Memory") or 0)
-        if limit <= 0:
-            return None, None
-        if not self._state_of(found).running:
-            return limit, 0
-        stats = self._call(
-            f"stats of {self.container}", "stats", found["Id"], stream=False, one_shot=True
-        )
-        memory = stats.get("memory_stats") or {}
-        detail = memory.get("stats") or {}
-        cache = detail.get("total_inactive_file", detail.get("inactive_file", 0))
-        return limit, max(0, int(memory.get("usage") or 0) - int(cache or 0))
+    def cgroup(self) -> ServerCgroup:
+        """The running container's main process (its cgroup is the container's, limited by
+        ``HostConfig.Memory``); a stopped one's cgroup as the daemon will create it again:
+        ``<CgroupParent or /docker>/<id>`` with the cgroupfs driver,
+        ``<CgroupParent or system.slice>/docker-<id>.scope`` with systemd's, with its memory
+        limit (``HostConfig.Memory``; 0 is none) and reservation (``memory.high`` is not set
+        by Docker)."""
+        found = self._current()
+        state = self._state_of(found)
+        if state.running and state.main_pid is not None:
+            return ServerCgroup(pid=state.main_pid)
+        host_config = found.get("HostConfig") or {}
+        parent = str(host_config.get("CgroupParent") or "")
+        driver = str(self._call("info", "info").get("CgroupDriver") or "cgroupfs")
+        if driver == "systemd":
+            path = f"/{(parent or 'system.slice').strip('/')}/docker-{found['Id']}.scope"
+        else:
+            path = f"/{(parent or 'docker').strip('/')}/{found['Id']}"
+        limit = int(host_config.get("Memory") or 0)
+        return ServerCgroup(planned_path=path, planned_max_bytes=limit or None)
 
 
 def _chunks(stream: Any) -> Iterator[bytes]:
     for chunk in stream:
         yield bytes(chunk)
-
-
-class ContainerMemoryProbe:
-    """A ``HostProbe`` whose memory limit is the server container's, not the agent's own.
-
-    The container's ``HostConfig.Memory`` caps what the server can take whatever the host has
-    free, and its usage is what a restart frees: the cgroup fields of ``ram()`` are the
-    container's when it has a limit, the inner probe's otherwise. Everything else is the inner
-    probe's.
-    """
-
-    def __init__(self, inner: HostProbe, control: DockerControl) -> None:
-        self.inner = inner
-        self.control = control
-
-    def ram(self) -> RamFacts:
-        facts = self.inner.ram()
-        try:
-            limit, used = self.control.memory_domain()
-        except BackendError:
-            return facts  # the daemon unreachable: status says so through the control
-        if limit is None:
-            return facts
-        return RamFacts(facts.total_bytes, facts.available_bytes, limit, used)
-
-    def gpus(self) -> GpuFacts:
-        return self.inner.gpus()
-
-    def process_tree_rss(self, pid: int) -> int:
-        return self.inner.process_tree_rss(pid)
-
-    def stray_server_processes(self, exclude_pids: Iterable[int]) -> list[ProcessInfo]:
-        return self.inner.stray_server_processes(exclude_pids)
