@@ -45,6 +45,7 @@ host probe as for any server.
 
 from __future__ import annotations
 
+import codecs
 import math
 import queue
 import re
@@ -113,7 +114,8 @@ class DockerLogSource:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-        self._buffer = b""
+        # A character split between two chunks is held back until its last byte comes.
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._thread = threading.Thread(target=self._pump, name="docker-logs", daemon=True)
         self._thread.start()
 
@@ -125,22 +127,12 @@ class DockerLogSource:
             return
 
     def read_new(self) -> str:
+        text = ""
         while True:
             try:
-                self._buffer += self._chunks.get_nowait()
+                text += self._decoder.decode(self._chunks.get_nowait())
             except queue.Empty:
-                break
-        # Hold back an incomplete UTF-8 sequence at the end for the next read.
-        cut = len(self._buffer)
-        for back in range(1, min(4, len(self._buffer)) + 1):
-            byte = self._buffer[-back]
-            if byte & 0xC0 == 0x80:
-                continue
-            if byte & 0x80 and len(self._buffer) - back + _utf8_length(byte) > len(self._buffer):
-                cut = len(self._buffer) - back
-            break
-        text, self._buffer = self._buffer[:cut], self._buffer[cut:]
-        return text.decode("utf-8", errors="replace")
+                return text
 
     def close(self) -> None:
         close = getattr(self._stream, "close", None)
@@ -149,14 +141,6 @@ class DockerLogSource:
                 close()
             except Exception:  # already closed by the daemon's end of the stream
                 return
-
-
-def _utf8_length(lead: int) -> int:
-    if lead >= 0xF0:
-        return 4
-    if lead >= 0xE0:
-        return 3
-    return 2
 
 
 class DockerControl:
@@ -215,6 +199,13 @@ class DockerControl:
                         "[agent] docker_host"
                     ) from exc
             return self._client
+
+    def close(self) -> None:
+        """Close the connection pool to the daemon (the next call opens another)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def _call(
         self, what: str, method: str, *args: Any, missing_ok: bool = False, **kwargs: Any
