@@ -360,3 +360,47 @@ def test_the_containers_cgroup_is_the_servers_memory_domain(scene: Scene) -> Non
     assert stopped["cgroup_limit_bytes"] == limit, stopped
     assert container_id in stopped["cgroup"]
     assert stopped["cgroup_headroom_bytes"] == limit
+
+
+def test_an_agent_killed_while_following_the_new_container_resumes_from_its_log(
+    scene: Scene,
+) -> None:
+    """SIGKILL the agent while the new container pins its host pool, start it again: it reads
+    the container's log from the start it recorded, the operation ends ready with no gap in its
+    events, and the container was started once."""
+    _start_server(scene, {"KIMI_SIM_FAIL": "slow_pin:20"})
+    args = ["--config", str(scene.config)]
+    state_dir = scene.tmp / "agent-state"
+    with run_agent(scene.tmp, args, agent_env(), state_dir) as first:
+        with httpx.Client(base_url=first.url, headers=auth(), timeout=30) as http:
+            response = http.post(
+                "/v1/operations", json={"kind": "resize", "ratio": 3, "actor": "ana"}
+            )
+            assert response.status_code == 202, response.text
+            op_id = response.json()["id"]
+            seen: list[str] = []
+            after = 0
+            while "host_pool" not in seen:
+                body = http.get(
+                    f"/v1/operations/{op_id}", params={"after": after, "wait": 10}
+                ).json()
+                seen += [event["phase"] for event in body["events"]]
+                after = body["last_seq"]
+                assert body["state"] == "running", seen
+        first.process.kill()
+        first.process.wait(timeout=10)
+    started = scene.api.inspect_container(scene.name)
+
+    with (
+        run_agent(scene.tmp, args, agent_env(), state_dir) as second,
+        httpx.Client(base_url=second.url, headers=auth(), timeout=30) as http,
+    ):
+        final, events = _follow(http, op_id)
+        assert final["state"] == "ready", events[-3:]
+        assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
+        assert [event["phase"] for event in events].count("starting") == 1
+        assert events[-1]["phase"] == "ready"
+
+    now = scene.api.inspect_container(scene.name)
+    assert now["Id"] == started["Id"]
+    assert now["State"]["StartedAt"] == started["State"]["StartedAt"]
