@@ -60,12 +60,14 @@ test-real: $(STAMP)
 
 # Against a real Docker daemon: tests/docker/setup_docker.sh installs Debian's docker.io when
 # there is no dockerd, starts a daemon of its own when none answers and imports the test image;
-# the tests marked docker run one at a time; the daemon the script started is stopped after them,
-# whether they passed or not.
+# the tests marked docker run one at a time (one of them runs make test-real's SGLang in a
+# container, so its side virtualenv is built first, once); the daemon the script started is
+# stopped after them, whether they passed or not.
 test-docker: $(STAMP)
+	tests/real_sglang/setup_side_venv.sh
 	tests/docker/setup_docker.sh start
 	@rc=0; DOCKER_HOST=$$(cat $${KIMI_DOCKER_STATE:-/run/kimi-ops-docker}/docker_host) \
-		$(BIN)/python -m pytest -m docker tests/docker || rc=$$?; \
+		$(BIN)/python -m pytest -m docker --timeout 1800 tests/docker || rc=$$?; \
 		tests/docker/setup_docker.sh stop; exit $$rc
 
 # The channel page in a real browser: Debian's chromium (installed here when missing, as root,

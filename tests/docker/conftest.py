@@ -88,7 +88,11 @@ class Scene:
         return out
 
     def create(
-        self, argv: list[str], env: dict[str, str] | None = None, memory: int = MEMORY_LIMIT
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        memory: int = MEMORY_LIMIT,
+        extra_binds: list[str] | None = None,
     ) -> str:
         """Create and start ``NAME`` running ``argv`` with settings a person would give."""
         sim_state = self.tmp / "sim-host"
@@ -101,11 +105,11 @@ class Scene:
             **(env or {}),
         }
         host_config = self.api.create_host_config(
-            binds=[*read_only_binds(), f"{sim_state}:{sim_state}:rw"],
+            binds=[*read_only_binds(), f"{sim_state}:{sim_state}:rw", *(extra_binds or [])],
             network_mode="host",
             pid_mode="host",
             ipc_mode="private",
-            shm_size="256m",
+            shm_size="1g",
             mem_limit=memory,
             ulimits=[docker.types.Ulimit(name="nofile", soft=4096, hard=8192)],
             restart_policy={"Name": "unless-stopped"},
