@@ -404,3 +404,40 @@ def test_an_agent_killed_while_following_the_new_container_resumes_from_its_log(
     now = scene.api.inspect_container(scene.name)
     assert now["Id"] == started["Id"]
     assert now["State"]["StartedAt"] == started["State"]["StartedAt"]
+
+
+def test_a_rollback_to_an_older_revision_creates_its_container_from_the_recorded_command(
+    scene: Scene,
+) -> None:
+    """Resizes to ratio 3 then 4, then a rollback to the first revision (no HiCache), which
+    is no longer NAME.previous: a new container is created from NAME with that revision's
+    command, and the ratio-4 container is kept as NAME.previous."""
+    old_id = _start_server(scene)
+    args = ["--config", str(scene.config)]
+    with (
+        run_agent(scene.tmp, args, agent_env(), scene.tmp / "agent-state") as agent,
+        httpx.Client(base_url=agent.url, headers=auth(), timeout=30) as http,
+    ):
+        for ratio in (3, 4):
+            body = {"kind": "resize", "ratio": ratio, "actor": "ana"}
+            response = http.post("/v1/operations", json=body)
+            assert response.status_code == 202, response.text
+            final, events = _follow(http, response.json()["id"])
+            assert final["state"] == "ready", events[-3:]
+        ratio_4 = scene.api.inspect_container(scene.name)
+        revisions = http.get("/v1/revisions").json()["revisions"]
+        first = min(revisions, key=lambda revision: revision["id"])
+        body = {"kind": "rollback", "revision": first["id"], "actor": "ana"}
+        response = http.post("/v1/operations", json=body)
+        assert response.status_code == 202, response.text
+        final, events = _follow(http, response.json()["id"])
+        assert final["state"] == "ready", events[-3:]
+
+    containers = scene.containers()
+    assert sorted(containers) == sorted([scene.name, f"{scene.name}.previous"])
+    back, kept = containers[scene.name], containers[f"{scene.name}.previous"]
+    assert kept["Id"] == ratio_4["Id"]
+    assert back["Id"] not in (old_id, ratio_4["Id"])
+    assert first["kind"] == "observed"
+    assert back["Config"]["Cmd"] == first["argv"][1:]
+    assert back["HostConfig"] == ratio_4["HostConfig"]
