@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kimi-ops-installed
 
-.PHONY: demo demo-web test test-long test-fast test-real test-web lint bench clean
+.PHONY: demo demo-web test test-long test-fast test-real test-web test-docker lint bench clean
 
 # Python writes and reads its bytecode cache in every target: with PYTHONDONTWRITEBYTECODE set
 # (some CI images set it), each pytest worker compiles and assertion-rewrites every test module
@@ -43,13 +43,13 @@ test: lint
 
 # Everything make test runs, plus the tests marked long: every chaos seed and the long faults.
 test-long: lint
-	$(BIN)/python -m pytest $(WORKERS) -m "not real_sglang" --durations=15
+	$(BIN)/python -m pytest $(WORKERS) -m "not real_sglang and not docker" --durations=15
 
 # The loop while editing: no real subprocesses, no simulated timings (those are marked slow),
 # and a tenth of each property test's examples (the Hypothesis profile in tests/conftest.py).
 # Its -m replaces the one in pyproject.toml's addopts, so it leaves out the long tests itself.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not long and not real_sglang" \
+	$(BIN)/python -m pytest -m "not slow and not long and not real_sglang and not docker" \
 		--hypothesis-profile=fast -n 2
 
 # Against a real SGLang 0.5.23 on CPU: builds (once, outside .venv) the side virtualenv and the
@@ -57,6 +57,18 @@ test-fast: $(STAMP)
 test-real: $(STAMP)
 	tests/real_sglang/setup_side_venv.sh
 	$(BIN)/python -m pytest -m real_sglang --timeout 1800 tests/real_sglang
+
+# Against a real Docker daemon: tests/docker/setup_docker.sh installs Debian's docker.io when
+# there is no dockerd, starts a daemon of its own when none answers and imports the test image;
+# the tests marked docker run one at a time (one of them runs make test-real's SGLang in a
+# container, so its side virtualenv is built first, once); the daemon the script started is
+# stopped after them, whether they passed or not.
+test-docker: $(STAMP)
+	tests/real_sglang/setup_side_venv.sh
+	tests/docker/setup_docker.sh start
+	@rc=0; DOCKER_HOST=$$(cat $${KIMI_DOCKER_STATE:-/run/kimi-ops-docker}/docker_host) \
+		$(BIN)/python -m pytest -m docker --timeout 1800 tests/docker || rc=$$?; \
+		tests/docker/setup_docker.sh stop; exit $$rc
 
 # The channel page in a real browser: Debian's chromium (installed here when missing, as root,
 # with a colour emoji font so the screenshots show what Slack shows) driven by Playwright for

@@ -13,7 +13,7 @@ occur, with ``raise ... from exc``, so callers catch one tree::
     │   └── GpuProbeError ....... NVML (no library, no driver, a failing call)
     ├── ServerControlError ...... the agent could not act on the SGLang server
     │   ├── CommandLineError .... the server command line cannot be rewritten or fails validation
-    │   ├── BackendError ........ systemd / process backend failed (start, stop, status, log)
+    │   ├── BackendError ........ systemd / process / docker backend failed (start, stop, log)
     │   └── GpusBusyError ....... GPUs still hold compute processes after the stop
     ├── NotFound ................ no such operation, revision or proposal (the agent's API: 404)
     ├── OperationError .......... an operation request cannot be carried out

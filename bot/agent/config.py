@@ -18,6 +18,7 @@ several tokens, named and read-only ones among them (:mod:`bot.agent.tokens`).
 
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 from collections.abc import Mapping, Sequence
@@ -64,6 +65,8 @@ _KNOWN_KEYS = (
     "log_file",
     "unit",
     "unit_dir",
+    "container",
+    "docker_host",
     "systemctl",
     "journalctl",
     "headroom_gb",
@@ -139,6 +142,9 @@ class AgentSettings:
     unit_dir: Path = Path("/etc/systemd/system")
     systemctl: str = "systemctl"
     journalctl: str = "journalctl"
+    #: The server's container (``backend = "docker"``) and the Docker daemon's address.
+    container: str = ""
+    docker_host: str = "unix:///var/run/docker.sock"
     headroom_gb: float = 40.0
     probe: str = "host"
     sim_profile: str = DEFAULT_SIM_PROFILE
@@ -249,13 +255,14 @@ def agent_settings_from_config(
         token_env,
     )
     tls_cert, tls_key = _tls_paths(section)
-    backend = section.choice("backend", ("process", "systemd"), "process")
+    backend = section.choice("backend", ("process", "systemd", "docker"), "process")
     command = tuple(section.text_list("command", []))
     if backend == "process" and not command:
         raise ConfigError(
             '[agent] command is required with backend = "process": the server\'s launch argv, '
             'e.g. ["python", "-m", "sglang.launch_server", "--model-path", "/models/m"]'
         )
+    container = _container(section, backend)
     env = _parse_env(config.get("agent", {}).get("env", {}))
     state_dir = Path(section.text("state_dir", "/var/lib/kimi-ops/agent"))
     log_file = Path(section.text("log_file", str(state_dir / "server.log")))
@@ -275,6 +282,10 @@ def agent_settings_from_config(
         unit_dir=Path(section.text("unit_dir", "/etc/systemd/system")),
         systemctl=section.text("systemctl", "systemctl"),
         journalctl=section.text("journalctl", "journalctl"),
+        container=container,
+        docker_host=section.text(
+            "docker_host", environ.get("DOCKER_HOST", "").strip() or "unix:///var/run/docker.sock"
+        ),
         headroom_gb=section.number("headroom_gb", 40.0, minimum=0.0),
         probe=section.choice("probe", ("host", "sim"), "host"),
         sim_profile=section.text("sim_profile", env.get("KIMI_SIM_PROFILE", DEFAULT_SIM_PROFILE)),
@@ -314,6 +325,29 @@ def _http_limits(section: Section) -> HttpLimits:
             "max_polls_per_token", default.max_polls_per_token, minimum=1
         ),
     )
+
+
+_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+
+
+def _container(section: Section, backend: str) -> str:
+    name = section.text("container", "")
+    if backend == "docker" and not name:
+        raise ConfigError(
+            '[agent] container is required with backend = "docker": the name of the server\'s '
+            'container, e.g. container = "sglang" (docker ps -a lists them)'
+        )
+    if name and not _CONTAINER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"[agent] container {name!r} is not a Docker container name (letters, digits and "
+            "_.- after a letter or digit)"
+        )
+    if name.endswith((".previous", ".next")):
+        raise ConfigError(
+            f"[agent] container {name!r} ends in .previous or .next: kimi-ops keeps the "
+            "replaced and the new container under those names; name the server's container"
+        )
+    return name
 
 
 def _tls_paths(section: Section) -> tuple[Path | None, Path | None]:

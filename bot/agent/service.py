@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.agent.config import AgentSettings
+from bot.agent.control.docker import DockerControl
 from bot.agent.control.process import ProcessControl
 from bot.agent.control.protocol import ServerControl
 from bot.agent.control.systemd import SystemdControl
@@ -47,13 +48,17 @@ __all__ = ["AgentService", "build_service", "make_control", "make_probe"]
 def make_control(
     settings: AgentSettings, clock: Clock | None = None, write_hook: WriteHook = NO_WRITE_HOOK
 ) -> ServerControl:
-    """The backend ``[agent] backend`` names: "process" or "systemd"."""
+    """The backend ``[agent] backend`` names: "process", "systemd" or "docker"."""
     used_clock = clock if clock is not None else SystemClock()
     if settings.backend == "process":
         return ProcessControl.from_settings(settings, used_clock, write_hook)
     if settings.backend == "systemd":
         return SystemdControl.from_settings(settings, used_clock, write_hook)
-    raise ConfigError(f"[agent] backend is {settings.backend!r}; expected one of: process, systemd")
+    if settings.backend == "docker":
+        return DockerControl.from_settings(settings, used_clock, write_hook)
+    raise ConfigError(
+        f"[agent] backend is {settings.backend!r}; expected one of: process, systemd, docker"
+    )
 
 
 def make_probe(settings: AgentSettings, clock: Clock | None = None) -> HostProbe:

@@ -113,9 +113,9 @@ def test_non_positive_timeouts_are_rejected() -> None:
 
 
 def test_bad_backend_choice_lists_the_options() -> None:
-    """An unknown backend names both valid choices."""
-    with pytest.raises(ConfigError, match="process, systemd"):
-        _settings({"command": ["srv"], "backend": "docker"})
+    """An unknown backend names the valid choices."""
+    with pytest.raises(ConfigError, match="process, systemd, docker"):
+        _settings({"command": ["srv"], "backend": "podman"})
 
 
 def test_log_file_defaults_inside_state_dir(tmp_path: Path) -> None:
@@ -202,3 +202,27 @@ def test_a_limit_out_of_range_is_a_config_error_naming_the_key(key: str, value: 
     """A zero or negative limit (or a body limit under 1 KB) fails at start naming the key."""
     with pytest.raises(ConfigError, match=key):
         _settings({"backend": "systemd", key: value})
+
+
+def test_the_docker_backend_needs_the_container_name() -> None:
+    """backend = "docker" without container fails naming the key and an example."""
+    with pytest.raises(ConfigError, match=r'\[agent\] container is required.*container = "sglang"'):
+        _settings({"backend": "docker"})
+
+
+def test_the_docker_host_is_the_setting_else_docker_host_else_the_local_socket() -> None:
+    """docker_host as set wins; unset, DOCKER_HOST from the environment; else Docker's socket."""
+    agent = {"backend": "docker", "container": "sglang"}
+    given = _settings({**agent, "docker_host": "tcp://10.0.0.5:2375"})
+    assert (given.container, given.docker_host) == ("sglang", "tcp://10.0.0.5:2375")
+    from_env = _settings(agent, {**TOKEN_ENV, "DOCKER_HOST": "unix:///run/podman/podman.sock"})
+    assert from_env.docker_host == "unix:///run/podman/podman.sock"
+    assert _settings(agent).docker_host == "unix:///var/run/docker.sock"
+
+
+@pytest.mark.parametrize("name", ["sglang.previous", "sglang.next", "-sglang", "sg lang"])
+def test_a_container_name_docker_cannot_have_or_kimi_ops_keeps_is_refused(name: str) -> None:
+    """A name Docker refuses, or one of the names kept for the old and new containers, fails
+    naming it."""
+    with pytest.raises(ConfigError, match=f"container {name!r}"):
+        _settings({"backend": "docker", "container": name})

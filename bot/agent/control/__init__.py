@@ -1,8 +1,10 @@
-"""Server control: the ``ServerControl`` seam and its two backends.
+"""Server control: the ``ServerControl`` seam and its three backends.
 
 - :mod:`bot.agent.control.protocol`: the seam (``ServerControl``, ``LogSource``, the process
   state and how a stop ended);
 - :mod:`bot.agent.control.process`: the agent launches the argv itself (``ProcessControl``);
+- :mod:`bot.agent.control.docker`: a container, replaced by a new one for each change
+  (``DockerControl``; the container's cgroup is the server's memory domain);
 - :mod:`bot.agent.control.systemd`: a drop-in on a systemd unit (``SystemdControl``), with the
   drop-in's text in ``_unit_file``, ``systemctl show``'s answers in ``_systemctl_show`` and the
   journal's reader in ``_journal``.
@@ -12,6 +14,7 @@ The backend ``[agent] backend`` names is picked by the composition root (``bot.a
 
 from __future__ import annotations
 
+from bot.agent.control.docker import DockerControl, DockerLogSource
 from bot.agent.control.process import FileLogSource, ProcessControl
 from bot.agent.control.protocol import (
     MARKER_ENV,
@@ -25,6 +28,8 @@ from bot.agent.control.systemd import JournalLogSource, SystemdControl
 
 __all__ = [
     "MARKER_ENV",
+    "DockerControl",
+    "DockerLogSource",
     "FileLogSource",
     "JournalLogSource",
     "LogSource",

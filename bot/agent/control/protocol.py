@@ -1,9 +1,11 @@
 """Server control: the one seam through which the agent starts, stops and reads the server.
 
-Two backends implement ``ServerControl``: ``process`` (the agent launches the argv itself,
-``bot.agent.control.process``) and ``systemd`` (a drop-in on the unit, ``systemctl`` and
-``journalctl``, ``bot.agent.control.systemd``). Both persist what they need in the state
-directory or the service manager, so a restarted agent re-attaches to the server it started.
+Three backends implement ``ServerControl``: ``process`` (the agent launches the argv itself,
+``bot.agent.control.process``), ``systemd`` (a drop-in on the unit, ``systemctl`` and
+``journalctl``, ``bot.agent.control.systemd``) and ``docker`` (a container, replaced by a new
+one for a new command, through the Docker Engine API, ``bot.agent.control.docker``). Each
+persists what it needs in the state directory or the service manager, so a restarted agent
+re-attaches to the server it started.
 """
 
 from __future__ import annotations
