@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from bot.agent.tokens import TokenSet, parse_tokens
 from bot.errors import ConfigError
-from bot.settings import Section, load_config, secret_from_env
+from bot.settings import Secret, Section, load_config, secret_from_env
 
 __all__ = [
     "DEFAULT_GUARD_FLOOR_GB",
@@ -73,6 +73,7 @@ _KNOWN_KEYS = (
     "tls_cert",
     "tls_key",
     "allow_plaintext",
+    "admin_api_key_env",
 )
 
 
@@ -123,6 +124,9 @@ class AgentSettings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     allow_plaintext: bool = False
+    #: The variable holding the SGLang server's ``--admin-api-key`` (HiCache's runtime API).
+    admin_api_key_env: str | None = None
+    admin_api_key: Secret | None = field(default=None, repr=False)
 
     @property
     def listen(self) -> str:
@@ -177,6 +181,16 @@ def agent_settings_from_config(
     state_dir = Path(section.text("state_dir", "/var/lib/kimi-ops/agent"))
     log_file = Path(section.text("log_file", str(state_dir / "server.log")))
     sim_state = section.optional_text("sim_state_dir") or env.get("KIMI_SIM_STATE_DIR")
+    admin_env = section.optional_text("admin_api_key_env")
+    admin_key = (
+        None
+        if admin_env is None
+        else secret_from_env(
+            environ,
+            admin_env,
+            "the SGLang server's --admin-api-key ([agent] admin_api_key_env)",
+        )
+    )
     return AgentSettings(
         tokens=tokens,
         listen_host=listen_host,
@@ -211,6 +225,8 @@ def agent_settings_from_config(
         tls_cert=tls_cert,
         tls_key=tls_key,
         allow_plaintext=section.flag("allow_plaintext", False),
+        admin_api_key_env=admin_env,
+        admin_api_key=admin_key,
     )
 
 

@@ -137,3 +137,17 @@ def test_router_url_defaults_to_none_and_a_bad_one_is_refused_by_name() -> None:
     assert read.router_url == "http://10.0.0.11:30000"
     with pytest.raises(ConfigError, match=r"\[agent\] router_url '10.0.0.11:30000' is not an"):
         _settings({"command": ["srv"], "router_url": "10.0.0.11:30000"})
+
+
+def test_admin_api_key_is_read_from_the_named_variable_and_never_shown() -> None:
+    """admin_api_key_env names the variable; the key is a Secret that no repr shows, and a
+    named but unset variable is a ConfigError naming it."""
+    settings = _settings(
+        {"command": ["sglang"], "admin_api_key_env": "SGL_ADMIN"},
+        dict(TOKEN_ENV, SGL_ADMIN="adm1n-key"),
+    )
+    assert settings.admin_api_key == Secret("adm1n-key")
+    assert "adm1n-key" not in repr(settings)
+    assert _settings({"command": ["sglang"]}).admin_api_key is None
+    with pytest.raises(ConfigError, match="SGL_ADMIN"):
+        _settings({"command": ["sglang"], "admin_api_key_env": "SGL_ADMIN"})
