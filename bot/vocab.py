@@ -6,7 +6,7 @@ member's value is what crosses the wire (the agent's JSON) and what the database
 
 An operation, as the agent runs it::
 
-    kind: resize | restart | rollback
+    kind: resize | restart | rollback | live
     state: running -> (stalled <-> running) -> ready
                                             -> rolling_back -> rolled_back | failed
                                             -> failed
@@ -22,8 +22,10 @@ __all__ = [
     "FINAL_OPERATION_STATES",
     "FINAL_ROLLOUT_STATES",
     "LOG_FAILURE_KINDS",
+    "ApplyMode",
     "EventPhase",
     "FailureKind",
+    "LiveChangeKind",
     "OperationKind",
     "OperationState",
     "RefusedBy",
@@ -39,6 +41,25 @@ class OperationKind(StrEnum):
     RESIZE = "resize"  # write new HiCache flags, then restart
     RESTART = "restart"  # restart with the current command line
     ROLLBACK = "rollback"  # return to an earlier recorded command line, then restart
+    LIVE = "live"  # change HiCache's storage tier through SGLang's runtime API, no restart
+
+
+class LiveChangeKind(StrEnum):
+    """What a live change (SGLang's HiCache runtime API) does."""
+
+    STORAGE_ATTACH = "storage_attach"
+    STORAGE_DETACH = "storage_detach"
+    STORAGE_CLEAR = "storage_clear"
+    WRITE_POLICY = "write_policy"
+    PREFETCH_POLICY = "prefetch_policy"
+
+
+class ApplyMode(StrEnum):
+    """How a change reaches the server: through the runtime API, by a restart, or not at all."""
+
+    LIVE = "live"
+    RESTART = "restart"
+    REFUSED = "refused"
 
 
 class OperationState(StrEnum):

@@ -36,6 +36,15 @@ from bot.planner._host_pools import (
     parse_extra_config,
 )
 from bot.planner._kv_shape import KvShape, element_bytes, kv_shape_from_config
+from bot.planner._live import (
+    PREFETCH_POLICIES,
+    WRITE_POLICIES,
+    AdminKey,
+    LiveChange,
+    LiveDecision,
+    LiveFacts,
+    decide_live,
+)
 from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._plan import (
     DEFAULT_HEADROOM_GB,
@@ -63,8 +72,11 @@ __all__ = [
     "DEFAULT_SGLANG_VERSION",
     "ESTIMATE_MARGIN",
     "GB",
+    "PREFETCH_POLICIES",
     "SGLANG_HOST_RESERVE_BYTES",
     "SWA_POOL",
+    "WRITE_POLICIES",
+    "AdminKey",
     "BytesPerToken",
     "BytesSource",
     "ChangeRequest",
@@ -82,6 +94,9 @@ __all__ = [
     "HostPoolSize",
     "HybridPools",
     "KvShape",
+    "LiveChange",
+    "LiveDecision",
+    "LiveFacts",
     "MooncakeSegment",
     "Plan",
     "SGLangVersion",
@@ -89,6 +104,7 @@ __all__ = [
     "StartSample",
     "StorageBackend",
     "Verdict",
+    "decide_live",
     "default_mem_fraction_static",
     "default_ratio",
     "element_bytes",
