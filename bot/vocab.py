@@ -97,6 +97,8 @@ class EventPhase(StrEnum):
     HOST_POOL = "host_pool"
     HTTP = "http"
     WARMUP = "warmup"
+    WAITING_IDLE = "waiting_idle"  # a live change waits for no request running or queued
+    APPLYING = "applying"  # a live change calls SGLang's runtime API
     VERIFYING = "verifying"
     READY = "ready"
     STALLED = "stalled"
@@ -144,6 +146,7 @@ class FailureKind(StrEnum):
     BACKEND = "backend"  # systemd or the process backend refused to start or stop
     AGENT_ERROR = "agent_error"  # a bug or an unexpected error inside the agent
     UNKNOWN = "unknown"  # the process died or health failed and the log says nothing
+    LIVE_REFUSED = "live_refused"  # a live change SGLang refused, or that did not show in GET
 
 
 #: The kinds the startup-log parser can tell from SGLang's lines.

@@ -74,6 +74,7 @@ _KNOWN_KEYS = (
     "tls_key",
     "allow_plaintext",
     "admin_api_key_env",
+    "live_idle_timeout_s",
 )
 
 
@@ -127,6 +128,8 @@ class AgentSettings:
     #: The variable holding the SGLang server's ``--admin-api-key`` (HiCache's runtime API).
     admin_api_key_env: str | None = None
     admin_api_key: Secret | None = field(default=None, repr=False)
+    #: How long a live change waits for the server to be idle before it gives up.
+    live_idle_timeout_s: float = 600.0
 
     @property
     def listen(self) -> str:
@@ -227,6 +230,7 @@ def agent_settings_from_config(
         allow_plaintext=section.flag("allow_plaintext", False),
         admin_api_key_env=admin_env,
         admin_api_key=admin_key,
+        live_idle_timeout_s=_positive(section, "live_idle_timeout_s", 600.0),
     )
 
 

@@ -31,7 +31,7 @@ FORBIDDEN = json.dumps(
 #: The request-state key holding the matched token's caller name (None for an unnamed token).
 CALLER_STATE = "caller"
 #: What a read-only token may do besides GET and HEAD: planning changes nothing.
-READ_ONLY_REQUESTS = frozenset({("POST", "/v1/plans")})
+READ_ONLY_REQUESTS = frozenset({("POST", "/v1/plans"), ("POST", "/v1/live/plans")})
 
 
 def matching_token(header: bytes | None, tokens: TokenSet) -> AgentToken | None:
