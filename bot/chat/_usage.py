@@ -23,6 +23,8 @@ VERBS: tuple[str, ...] = (
     "report",
     "fleets",
     "resume",
+    "storage",
+    "hicache",
 )
 
 USAGE: dict[str, str] = {
@@ -31,7 +33,9 @@ USAGE: dict[str, str] = {
     "history [n] [host] | hosts | report [host] | report every <interval> | "
     "report daily HH:MM | report off | report schedules | fleets | "
     "resize ratio <R> fleet <name> | restart fleet <name> | rollback fleet <name> | "
-    "resume fleet <name>",
+    "resume fleet <name> | storage attach <backend> [key=value ...] [host] | "
+    "storage detach [host] | storage clear [host] | hicache write-policy <policy> [host] | "
+    "hicache prefetch-policy <policy> [host]",
     "status": "status [host]",
     "resize": "resize ratio <R> [host] | resize size <GB> [host] | "
     "resize ratio <R> fleet <name> | resize size <GB> fleet <name>",
@@ -45,6 +49,10 @@ USAGE: dict[str, str] = {
     "report schedules",
     "fleets": "fleets",
     "resume": "resume fleet <name>",
+    "storage": "storage attach <backend> [key=value ...] [host] | storage detach [host] | "
+    "storage clear [host]",
+    "hicache": "hicache write-policy <write_through|write_back|write_through_selective> [host] "
+    "| hicache prefetch-policy <best_effort|wait_complete|timeout> [host]",
 }
 
 #: (example, what it does), as help shows them; ``{zone}`` is where ``report daily`` is read.
@@ -69,6 +77,12 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("restart fleet prod", "restart fleet prod's replicas one by one, out of the router"),
     ("rollback fleet prod", "undo the replicas fleet prod's last rollout changed"),
     ("resume fleet prod", "carry on fleet prod's stopped or unfinished rollout"),
+    (
+        "storage attach file file_storage_path=/data/hicache",
+        "attach HiCache's file storage tier, live when SGLang's runtime API allows",
+    ),
+    ("storage detach", "detach the storage tier (live)"),
+    ("hicache write-policy write_back", "change HiCache's write policy (live with a tier)"),
 )
 
 

@@ -234,6 +234,8 @@ def _title(host: str, operation: AgentOperation) -> str:
         return f"Resize {host}: hicache {operation.plan.setting}"
     if operation.kind is OperationKind.ROLLBACK:
         return f"Roll back {host}"
+    if operation.kind is OperationKind.LIVE:
+        return f"Live HiCache change on {host}"
     return f"Restart {host}"
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "Help",
     "History",
     "Hosts",
+    "LiveHiCache",
     "Report",
     "ReportDaily",
     "ReportEvery",
@@ -45,6 +46,20 @@ class Resize:
 
     ratio: float | None = None
     size_gb: int | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveHiCache:
+    """``storage attach|detach|clear`` and ``hicache write-policy|prefetch-policy``: a change
+    SGLang's runtime API may make with no restart. ``kind`` is a
+    :class:`bot.vocab.LiveChangeKind` value; ``extra_config`` the backend's config as JSON
+    text (or ``@path`` on the host)."""
+
+    kind: str
+    backend: str | None = None
+    extra_config: str | None = None
+    policy: str | None = None
     host: str | None = None
 
 
@@ -166,4 +181,5 @@ Command = (
     | FleetRollback
     | FleetResume
     | Fleets
+    | LiveHiCache
 )

@@ -80,7 +80,8 @@ class LiveChange:
                     f"storage backend {self.backend!r} is not a backend name such as file or "
                     "mooncake"
                 )
-            if self.extra_config is not None:
+            if self.extra_config is not None and not self.extra_config.startswith("@/"):
+                # "@/path": a config file SGLang reads on the host (JSON, YAML or TOML).
                 try:
                     parsed = json.loads(self.extra_config)
                 except ValueError as exc:
@@ -106,7 +107,9 @@ class LiveChange:
 
     @property
     def extra(self) -> dict[str, Any]:
-        return dict(json.loads(self.extra_config)) if self.extra_config else {}
+        if not self.extra_config or self.extra_config.startswith("@"):
+            return {}
+        return dict(json.loads(self.extra_config))
 
     def phrase(self) -> str:
         """ "attach storage backend file", "write policy write_back", ..."""
