@@ -36,6 +36,7 @@ __all__ = [
     "read_host_pool_args",
     "read_option",
     "read_topology",
+    "redact_secrets",
     "rewrite_hicache",
     "rewrite_options",
     "server_args_start",
@@ -100,6 +101,7 @@ _OPTIONS: dict[str, tuple[str, int]] = {
     # HiCache's runtime API (docs/sglang.md, Live changes): recognised only when written in full.
     "--hicache-storage-prefetch-policy": ("--hicache-storage-prefetch-policy", 33),
     "--admin-api-key": ("--admin-api-key", 15),
+    "--api-key": ("--api-key", 9),
 }
 # Options of ours that take no value (argparse store_true).
 _FLAGS = frozenset(
@@ -302,6 +304,25 @@ def read_option(argv: Sequence[str], option: str) -> str | None:
     """The value of ``option`` (canonical, one of ours) as the server would read it, or None."""
     occurrence = _last(_scan(argv), option)
     return None if occurrence is None else _value_of(occurrence)
+
+
+#: The options whose value is a secret: shown as REDACTED wherever the agent answers a client.
+SECRET_OPTIONS = ("--admin-api-key", "--api-key")
+REDACTED = "<redacted>"
+
+
+def redact_secrets(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of :data:`SECRET_OPTIONS` replaced by ``<redacted>``: the
+    command line as the agent's API shows it (the server's admin key never leaves the host)."""
+    out = list(argv)
+    for occurrence in _scan(argv):
+        if occurrence.option not in SECRET_OPTIONS or occurrence.value is None:
+            continue
+        if occurrence.inline:
+            out[occurrence.index] = f"{argv[occurrence.index].partition('=')[0]}={REDACTED}"
+        else:
+            out[occurrence.index + 1] = REDACTED
+    return out
 
 
 def rewrite_options(argv: Sequence[str], values: Mapping[str, str | None]) -> list[str]:

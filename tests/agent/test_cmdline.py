@@ -17,6 +17,7 @@ from bot.agent.cmdline import (
     read_host_pool_args,
     read_option,
     read_topology,
+    redact_secrets,
     rewrite_hicache,
     rewrite_options,
     server_args_start,
@@ -439,3 +440,12 @@ def test_rewrite_options_refuses_an_option_it_does_not_rewrite() -> None:
         rewrite_options(["sglang"], {"--enable-hierarchical-cache": "1"})
     with pytest.raises(CommandLineError, match="--nope"):
         rewrite_options(["sglang"], {"--nope": "1"})
+
+
+def test_redact_secrets_hides_the_key_values_whatever_their_form() -> None:
+    """Both key options, spaced or inline, show <redacted>; everything else is as written."""
+
+    argv = ["sglang", "--admin-api-key", "s3cret", "--api-key=k2", "--port", "1"]
+    assert redact_secrets(argv) == [
+        "sglang", "--admin-api-key", "<redacted>", "--api-key=<redacted>", "--port", "1",
+    ]  # fmt: skip

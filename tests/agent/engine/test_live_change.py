@@ -108,6 +108,7 @@ def test_attach_policy_and_a_live_rollback_change_the_server_without_a_restart(
     revision is live too and takes both back."""
     harness, http = api
     pid = harness.parts()[0].status().main_pid
+    first_argv = harness.parts()[0].read_command()
     proposal = http.post("/v1/live/plans", json={"kind": "storage_attach", "backend": "file"})
     assert proposal.status_code == 200, proposal.text
     assert proposal.json()["mode"] == "live"
@@ -143,7 +144,11 @@ def test_attach_policy_and_a_live_rollback_change_the_server_without_a_restart(
     assert control.status().main_pid == pid
     shown = _client(harness).storage_status().live
     assert shown == LiveHiCache(None, None, "timeout", "write_through")
-    assert control.read_command() == revisions[-1]["argv"]
+    assert control.read_command() == first_argv
+    # The server's admin key is on its command line, never in what the agent answers.
+    for body in (http.get("/v1/status").text, http.get("/v1/revisions").text):
+        assert KEY not in body
+        assert "<redacted>" in body
 
 
 def test_a_restart_after_a_live_attach_keeps_it(api: tuple[Harness, httpx.Client]) -> None:
