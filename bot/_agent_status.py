@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bot._agent_fields import Json, enum_value, field_of, mapping, number, optional, texts, whole
+from bot._agent_live import LiveStorage
 from bot._agent_operations import AgentOperation
 from bot.errors import AgentError
 from bot.hicache import HiCacheSetting
@@ -52,6 +53,9 @@ class AgentStatus:
     ram_cgroup_limit_from: str | None = None
     ram_cgroup_limit_gb: float | None = None
     ram_headroom_gb: float | None = None
+    #: HiCache's storage tier live (SGLang's GET) beside the command line's; None when the
+    #: agent holds no admin key or is older than the field.
+    storage: LiveStorage | None = None
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -103,6 +107,7 @@ class AgentStatus:
             ram_cgroup_limit_from=optional(ram, "cgroup_limit_from", str, f"{where}'s ram"),
             ram_cgroup_limit_gb=number(ram, "cgroup_limit_gb", f"{where}'s ram"),
             ram_headroom_gb=number(ram, "headroom_gb", f"{where}'s ram"),
+            storage=LiveStorage.from_json(status.get("hicache_live")),
         )
 
 

@@ -77,12 +77,8 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("restart fleet prod", "restart fleet prod's replicas one by one, out of the router"),
     ("rollback fleet prod", "undo the replicas fleet prod's last rollout changed"),
     ("resume fleet prod", "carry on fleet prod's stopped or unfinished rollout"),
-    (
-        "storage attach file file_storage_path=/data/hicache",
-        "attach HiCache's file storage tier, live when SGLang's runtime API allows",
-    ),
-    ("storage detach", "detach the storage tier (live)"),
-    ("hicache write-policy write_back", "change HiCache's write policy (live with a tier)"),
+    ("storage attach file", "attach HiCache's file storage tier; no restart where SGLang allows"),
+    ("storage detach", "detach the storage tier, with no restart"),
 )
 
 

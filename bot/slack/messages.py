@@ -328,6 +328,7 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
             f"*{answer.host}*{default}: server {status.server_state}, health "
             f"{status.health_code or 'none'}, SGLang {status.version or '?'}, up "
             f"{_duration(status.uptime_s or 0)}\nhicache *{status.effective or 'unknown'}*"
+            + _live_storage(status)
         ),
         fields(
             [
@@ -355,6 +356,16 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
     if notes:
         blocks.append(context(*notes))
     return blocks
+
+
+def _live_storage(status: AgentStatus) -> str:
+    """ "\nstorage live *file, write back, prefetch timeout*; command line ...", or ""."""
+    storage = status.storage
+    if storage is None:
+        return ""
+    live = storage.live.phrase() if storage.live else f"unknown ({storage.problem or 'no answer'})"
+    note = " (differs: a restart goes back to the command line)" if storage.differs else ""
+    return f"\nstorage live *{live}*; command line {storage.command_line.phrase()}{note}"
 
 
 def status_card(reply: StatusReply) -> SlackMessage:

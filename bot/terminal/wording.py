@@ -112,6 +112,7 @@ def _status(answer: HostAnswer) -> list[str]:
         f", health {status.health_code or 'none'}, SGLang {status.version or '?'}"
         f", up {_clock(status.uptime_s or 0)}",
         f"  hicache   {status.effective or 'unknown'}",
+        *_live_storage(status),
         f"  KV        device {_count(status.device_tokens)} tokens/rank; host "
         f"{_count(status.host_tokens_per_rank)} tokens, {_num(status.host_gb_per_rank)} GB "
         f"per rank x {status.ranks or '?'} ranks",
@@ -121,6 +122,18 @@ def _status(answer: HostAnswer) -> list[str]:
         f"  GPUs      {_gpus(status)}",
         f"  operation {_running(status)}",
         *(f"  problem   {problem}" for problem in status.problems),
+    ]
+
+
+def _live_storage(status: AgentStatus) -> list[str]:
+    """The storage tier live (SGLang's GET) beside the command line's, when the agent has it."""
+    storage = status.storage
+    if storage is None:
+        return []
+    live = storage.live.phrase() if storage.live else f"unknown ({storage.problem or 'no answer'})"
+    note = "  (differs: a restart goes back to the command line)" if storage.differs else ""
+    return [
+        f"  storage   live {live}; command line {storage.command_line.phrase()}{note}",
     ]
 
 

@@ -77,5 +77,5 @@ def test_live_commands_refuse_bad_input_naming_it(text: str, reason: str) -> Non
 def test_the_help_examples_of_the_live_commands_parse() -> None:
     """Every live example help shows is a command the grammar takes."""
     live = [example for example, _ in EXAMPLES if example.startswith(("storage", "hicache"))]
-    assert len(live) == 3
+    assert len(live) == 2
     assert all(isinstance(parse(example, HOSTS), LiveHiCache) for example in live)
