@@ -487,12 +487,17 @@ class LiveChanges:
         """Live or restart, why, and the expected wait: what a proposal shows."""
         return decision_facts_note(self.decide(change), self.idle)
 
-    def record(self, change: LiveChange, actor: str, caller: str | None) -> int:
-        """Record a live operation for ``change`` and its revision; InputError (nothing
-        recorded) when it is not live, with the decision's reason."""
+    def live_decision(self, change: LiveChange) -> LiveDecision:
+        """The decision for ``change`` when it is live; InputError, with its reason, else."""
         decision = self.decide(change)
         if not decision.live:
             raise InputError(f"{change.phrase()} {decision.reason}")
+        return decision
+
+    def record(
+        self, change: LiveChange, decision: LiveDecision, actor: str, caller: str | None
+    ) -> int:
+        """Record a live operation for ``change`` (decided live) and its revision."""
         argv = self.ctx.control.read_command()
         # The revision records the command line the change leads to, as far as the command
         # line alone tells it (the runner writes the one computed from the live values).
@@ -542,7 +547,10 @@ class LiveChanges:
             rollback_of=rollback_of,
             caller=caller,
             expected_gb=None,
-            message=f"{phrase} by {actor}: {decision.reason}",
+            message=(
+                f"{phrase} by {actor}: {decision.reason} Expected wait for idle: "
+                f"{self.idle.expected_wait_s:.1f} s when nothing runs."
+            ),
             data={
                 "decision": decision.to_dict(),
                 "expected_wait_s": self.idle.expected_wait_s,

@@ -194,9 +194,10 @@ class OperationManager:
                     holder=held.actor,
                     since=held.created_at,
                 )
+            decision = self.live.live_decision(change)  # a refusal before any write
             if self._recorded_revision(self.control.read_command()) is None:
                 self._record_observed(self.control.read_command())
-            op_id = self.live.record(change, actor, caller)
+            op_id = self.live.record(change, decision, actor, caller)
             self._spawn(op_id)
             return self.get(op_id)
 

@@ -270,6 +270,9 @@ def test_without_the_servers_admin_key_a_change_needs_a_restart_and_is_refused(
         assert refused.status_code == 422
         assert why in refused.json()["detail"]
         assert http.get("/v1/operations").json()["operations"] == []
+        # Not even the running config is recorded by a refused request (it was, before the
+        # decision came first).
+        assert http.get("/v1/revisions").json()["revisions"] == []
 
 
 class _LyingVerify:
