@@ -6,7 +6,7 @@ member's value is what crosses the wire (the agent's JSON) and what the database
 
 An operation, as the agent runs it::
 
-    kind: resize | restart | rollback | live
+    kind: resize | restart | rollback | live | reconfigure
     state: running -> (stalled <-> running) -> ready
                                             -> rolling_back -> rolled_back | failed
                                             -> failed
@@ -42,6 +42,7 @@ class OperationKind(StrEnum):
     RESTART = "restart"  # restart with the current command line
     ROLLBACK = "rollback"  # return to an earlier recorded command line, then restart
     LIVE = "live"  # change HiCache's storage tier through SGLang's runtime API, no restart
+    RECONFIGURE = "reconfigure"  # write HiCache's storage or policy flags, then restart
 
 
 class LiveChangeKind(StrEnum):

@@ -236,6 +236,8 @@ def _title(host: str, operation: AgentOperation) -> str:
         return f"Roll back {host}"
     if operation.kind is OperationKind.LIVE:
         return f"Live HiCache change on {host}"
+    if operation.kind is OperationKind.RECONFIGURE:
+        return f"Reconfigure {host}"
     return f"Restart {host}"
 
 

@@ -2,8 +2,9 @@
 HiCache runtime API makes with no restart (docs/sglang.md, Live changes).
 
 Each is started at once, as ``restart`` is, by an applier only: the agent decides live or
-restart on fresh facts, refuses (with why) a change that would need a restart, and otherwise
-runs it as an operation of kind ``live`` that is recorded and watched like any other.
+restart on fresh facts and runs it as an operation of kind ``live`` (no restart) or
+``reconfigure`` (the flags written, then a restart), recorded and watched like any other; a
+change it refuses is answered with its reason.
 """
 
 from __future__ import annotations
@@ -38,6 +39,6 @@ def live_change(ctx: Context, actor: Actor, command: LiveHiCache) -> Reply:
         return refused(ctx, refusal)
     try:
         operation = ctx.client(host).submit_live(change_body(command), actor.id)
-    except AgentError as exc:  # not live (the agent's reason), busy, or no answer
+    except AgentError as exc:  # refused (the agent's reason), busy, or no answer
         return ProblemReply(str(exc), host.name)
     return watch_started(ctx, host, operation, None, actor.id, None)

@@ -101,17 +101,37 @@ def test_storage_attach_then_write_policy_run_live_and_are_recorded(
     assert status["hicache_live"]["command_line"] == status["hicache_live"]["live"]
 
 
-def test_a_policy_with_no_storage_attached_is_answered_with_the_restart_reason(
+def test_a_policy_with_no_storage_attached_runs_as_a_restart(
     agent: RunningAgent, store: Store
 ) -> None:
-    """With no backend attached SGLang cannot change a policy live: the reply is the agent's
-    reason and no operation starts."""
+    """With no backend attached SGLang cannot change a policy live: the agent runs it as a
+    reconfigure (the flag written, then a restart), watched to ready like any change."""
     front = RecordingFrontEnd()
     settings = chat_settings({"kimi-01": agent.url})
     with running_core(settings, store, front) as core:
         reply = core.handle("hicache prefetch-policy best_effort", ANA)
+        assert isinstance(reply, OperationReply), reply
+        assert reply.operation.kind.value == "reconfigure"
+        assert reply.watch.title == "Reconfigure kimi-01"
+        final = core.wait(reply.watch, timeout_s=60)
+    assert final is not None
+    assert final.state is OperationState.READY
+    with agent.http() as http:
+        status = http.get("/v1/status").json()
+    assert status["hicache_live"]["live"]["prefetch_policy"] == "best_effort"
+    assert "--hicache-storage-prefetch-policy" in status["config"]["command"]
+
+
+def test_clear_with_no_backend_is_answered_with_the_reason(
+    agent: RunningAgent, store: Store
+) -> None:
+    """'storage clear' with nothing attached is refused by the agent; no operation starts."""
+    front = RecordingFrontEnd()
+    settings = chat_settings({"kimi-01": agent.url})
+    with running_core(settings, store, front) as core:
+        reply = core.handle("storage clear", ANA)
     assert isinstance(reply, ProblemReply)
-    assert "needs a restart" in str(reply)
+    assert "no storage backend is attached" in str(reply)
     with agent.http() as http:
         kinds = [op["kind"] for op in http.get("/v1/operations").json()["operations"]]
     assert kinds == ["restart"]

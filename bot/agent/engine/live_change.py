@@ -48,6 +48,7 @@ from bot.planner import (
     LiveDecision,
     LiveFacts,
     SGLangVersion,
+    StorageBackend,
     decide_live,
 )
 from bot.vocab import (
@@ -487,12 +488,27 @@ class LiveChanges:
         """Live or restart, why, and the expected wait: what a proposal shows."""
         return decision_facts_note(self.decide(change), self.idle)
 
-    def live_decision(self, change: LiveChange) -> LiveDecision:
-        """The decision for ``change`` when it is live; InputError, with its reason, else."""
+    def decision(self, change: LiveChange) -> LiveDecision:
+        """The decision for ``change``, live or restart; InputError, with its reason, when it
+        is refused or cannot be made by a restart either."""
         decision = self.decide(change)
-        if not decision.live:
-            raise InputError(f"{change.phrase()} {decision.reason}")
+        if decision.mode is ApplyMode.REFUSED:
+            raise InputError(f"{change.phrase()}: refused: {decision.reason}")
+        if decision.mode is ApplyMode.RESTART:
+            if change.kind is LiveChangeKind.STORAGE_CLEAR:
+                raise InputError(f"clearing the storage backend {decision.reason}")
+            if change.backend == StorageBackend.MOONCAKE:
+                raise InputError(
+                    f"{change.phrase()} {decision.reason} Mooncake's segment is host RAM: put it "
+                    "on the command line and plan it with a resize"
+                )
         return decision
+
+    def restart_command(self, change: LiveChange) -> list[str]:
+        """The command line a restart for ``change`` starts: its flags as the change leaves
+        them."""
+        argv = self.ctx.control.read_command()
+        return command_for(argv, target_state(state_of_command(argv), change))
 
     def record(
         self, change: LiveChange, decision: LiveDecision, actor: str, caller: str | None

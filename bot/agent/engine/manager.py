@@ -115,6 +115,8 @@ class OperationManager:
         """Start an operation, or raise (nothing changed) InputError, OperationConflict,
         NotFound, StaleProposal or PlanRefused. ``caller`` names the token that asked."""
         kind = _check_input(kind, actor, ratio, size_gb, revision)
+        if kind in (OperationKind.LIVE, OperationKind.RECONFIGURE):
+            raise InputError(f"a {kind} change goes to POST /v1/live/operations with its change")
         with self._lock:
             running = self.state.unfinished_operations()
             if running:
@@ -179,8 +181,9 @@ class OperationManager:
     def submit_live(
         self, change: LiveChange, actor: str, caller: str | None = None
     ) -> OperationView:
-        """Start a live change (bot.agent.engine.live_change), or raise (nothing changed)
-        InputError when it is not live, or OperationConflict."""
+        """Start ``change`` live (bot.agent.engine.live_change) or, where SGLang's runtime API
+        cannot make it, as a reconfigure: its flags written, then a restart. Raises (nothing
+        changed) InputError when it is refused, or OperationConflict."""
         _check_input(OperationKind.LIVE, actor, None, None, None)
         if self.live is None:
             raise InputError("this agent holds no admin key: every change restarts the server")
@@ -194,9 +197,23 @@ class OperationManager:
                     holder=held.actor,
                     since=held.created_at,
                 )
-            decision = self.live.live_decision(change)  # a refusal before any write
+            decision = self.live.decision(change)  # a refusal before any write
+            target: list[str] | None = None
+            if not decision.live:
+                target = self.live.restart_command(change)
+                try:
+                    validate_command(target)
+                except CommandLineError as exc:
+                    raise InputError(f"the new command line is not valid: {exc}") from exc
             if self._recorded_revision(self.control.read_command()) is None:
                 self._record_observed(self.control.read_command())
+            if target is not None:
+                setting = read_hicache(target)
+                request = f"{change.phrase()}, with a restart"
+                return self._create(
+                    OperationKind.RECONFIGURE, actor, None, None, None, None, target, setting,
+                    None, caller=caller, note=f"{request}: {decision.reason}",
+                )  # fmt: skip
             op_id = self.live.record(change, decision, actor, caller)
             self._spawn(op_id)
             return self.get(op_id)
@@ -288,11 +305,12 @@ class OperationManager:
         setting: HiCacheSetting,
         rollback_of: int | None,
         caller: str | None = None,
+        note: str | None = None,
     ) -> OperationView:
         now = self.clock.now().isoformat(timespec="milliseconds")
         request = {"kind": kind.value, "ratio": ratio, "size_gb": size_gb, "revision": revision}
         phrase = setting.effective_phrase()
-        message = f"{kind} to {phrase} by {actor}"
+        message = f"{kind} to {phrase} by {actor}" if note is None else f"{note} ({actor})"
         if plan is not None:
             message += f": {plan.reason}"
         data: dict[str, Any] = {

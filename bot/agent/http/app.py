@@ -304,8 +304,11 @@ def create_app(service: ApiService) -> FastAPI:
     @app.post(
         "/v1/live/operations",
         status_code=202,
-        summary="start a live change through SGLang's HiCache runtime API",
-        description="422 when the change is not live (the reason says why), 409 if busy.",
+        summary="start a HiCache storage or policy change: live, or else with a restart",
+        description=(
+            "Runs as kind live (SGLang's runtime API, no restart) or reconfigure (the flags "
+            "written, then a restart); 422 when refused (the reason says why), 409 if busy."
+        ),
     )
     def submit_live(body: LiveOperationBody, request: Request) -> JSONResponse:
         operation = service.submit_live(

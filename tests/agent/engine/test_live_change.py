@@ -245,16 +245,17 @@ def test_sglangs_refusal_while_busy_is_shown_in_its_own_words_and_changes_nothin
         (KEY, None, "the agent holds no admin key"),
     ],
 )
-def test_without_the_servers_admin_key_a_change_needs_a_restart_and_is_refused(
+def test_without_the_servers_admin_key_a_change_needs_a_restart_and_runs_as_one(
     harness_factory: Callable[..., Harness],
     server_key: str | None,
     agent_key: str | None,
     why: str,
 ) -> None:
-    """A wrong, missing or unheld admin key makes the plan say restart with the reason, and the
-    live operation is refused with it (422), recording nothing."""
+    """A wrong, missing or unheld admin key makes the plan say restart with the reason; the
+    change then runs as a reconfigure (a restart on the rewritten command line), never live."""
     harness = _harness(harness_factory, server_key=server_key, agent_key=agent_key)
     harness.start_server()
+    pid = harness.parts()[0].status().main_pid
     service = _service(harness, _client(harness, agent_key))
     with (
         serve_in_thread(create_app(service)) as url,
@@ -263,15 +264,30 @@ def test_without_the_servers_admin_key_a_change_needs_a_restart_and_is_refused(
         plan = http.post("/v1/live/plans", json={"kind": "storage_attach", "backend": "file"})
         assert plan.json()["mode"] == "restart"
         assert why in plan.json()["reason"]
+        final, _ = _live(http, {"kind": "storage_attach", "backend": "file"})
+        assert final["kind"] == "reconfigure"
+        assert final["state"] == "ready"
+        kinds = [op["kind"] for op in http.get("/v1/operations").json()["operations"]]
+        assert kinds == ["reconfigure"]
+    assert harness.parts()[0].status().main_pid != pid
+
+
+def test_a_refused_change_records_nothing(harness_factory: Callable[..., Harness]) -> None:
+    """A detach with no backend attached is refused (422) before anything is recorded, not
+    even the running config (it was, before the decision came first)."""
+    harness = _harness(harness_factory)
+    harness.start_server()
+    service = _service(harness, _client(harness))
+    with (
+        serve_in_thread(create_app(service)) as url,
+        httpx.Client(base_url=url, headers=TOKEN, timeout=30) as http,
+    ):
         refused = http.post(
-            "/v1/live/operations",
-            json={"actor": "ana", "change": {"kind": "storage_attach", "backend": "file"}},
+            "/v1/live/operations", json={"actor": "ana", "change": {"kind": "storage_detach"}}
         )
         assert refused.status_code == 422
-        assert why in refused.json()["detail"]
+        assert "no storage backend is attached" in refused.json()["detail"]
         assert http.get("/v1/operations").json()["operations"] == []
-        # Not even the running config is recorded by a refused request (it was, before the
-        # decision came first).
         assert http.get("/v1/revisions").json()["revisions"] == []
 
 
@@ -315,3 +331,41 @@ def test_a_failed_verify_reverts_the_live_change(
     assert "reverted to" in (final.outcome or "")
     assert client.storage_status().live == LiveHiCache(None, None, "timeout", "write_through")
     assert harness.parts()[0].read_command() == argv
+
+
+def test_on_an_older_server_a_storage_attach_restarts_with_the_flag_and_rolls_nothing_live(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    """SGLang 0.5.9 has no runtime API: the plan says restart and why, the change runs as a
+    reconfigure (a restart on the rewritten command line) and the new server runs the backend;
+    kind live or reconfigure through /v1/operations is refused."""
+    harness = harness_factory(sim_command(free_port(), *HICACHE), version="0.5.9")
+    harness.settings = dataclasses.replace(
+        harness.settings, admin_api_key_env="SGL_ADMIN", admin_api_key=Secret(KEY)
+    )
+    harness.start_server()
+    control = harness.parts()[0]
+    pid = control.status().main_pid
+    service = _service(harness, _client(harness))
+    with (
+        serve_in_thread(create_app(service)) as url,
+        httpx.Client(base_url=url, headers=TOKEN, timeout=30) as http,
+    ):
+        plan = http.post("/v1/live/plans", json={"kind": "storage_attach", "backend": "file"})
+        assert plan.json()["mode"] == "restart"
+        assert "SGLang 0.5.9 has no HiCache runtime API" in plan.json()["reason"]
+        for kind in ("live", "reconfigure"):
+            wrong = http.post("/v1/operations", json={"kind": kind, "actor": "ana"})
+            assert wrong.status_code == 422, wrong.text
+        final, events = _live(http, {"kind": "storage_attach", "backend": "file"})
+        assert final["kind"] == "reconfigure"
+        assert final["state"] == "ready", events[-3:]
+        assert "stopping" in [event["phase"] for event in events]
+        cleared = http.post(
+            "/v1/live/operations", json={"actor": "ana", "change": {"kind": "storage_clear"}}
+        )
+        assert cleared.status_code == 422
+    assert control.status().main_pid != pid
+    assert state_of_command(control.read_command()).backend == "file"
+    info = httpx.get(f"{harness.settings.server_url}/server_info").json()
+    assert info["hicache_storage_backend"] == "file"
