@@ -29,9 +29,9 @@ pytestmark = pytest.mark.real_sglang
 
 KEY = "real-admin-key-3c9d"
 KEY_ENV = "KIMI_TEST_SGLANG_ADMIN_KEY"
-# The tiny model's context is 2,048 tokens; 600 output tokens keep a request running for tens of
-# seconds on this machine's two cores.
-LONG_GENERATE = {"text": "hello", "sampling_params": {"max_new_tokens": 600, "ignore_eos": True}}
+# The tiny model's context is 2,048 tokens; 200 output tokens keep a request running for a second
+# or more on this machine's two cores, and two loops of them keep the server busy throughout.
+LONG_GENERATE = {"text": "hello", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
 
 
 @dataclass
@@ -136,42 +136,46 @@ def test_attach_policy_restart_and_detach_each_verified_by_sglang(stack: LiveSta
     assert stack.sglang()["hicache_storage_backend"] is None
 
 
-def test_a_change_while_a_long_generate_runs_is_refused_and_changes_nothing(
-    stack: LiveStack,
-) -> None:
-    """With a long /generate in flight SGLang itself refuses the attach ("Reject attach:
-    scheduler is not idle"), and the agent's live change gives up waiting for idle, changing
-    nothing; SGLang's GET shows no backend."""
+def test_a_change_while_generates_run_is_refused_and_changes_nothing(stack: LiveStack) -> None:
+    """While /generate requests run (two loops of them, so the server is never idle) SGLang
+    itself refuses the attach ("Reject attach: scheduler is not idle"), and the agent's live
+    change gives up waiting for idle, changing nothing; SGLang's GET shows no backend."""
     url = stack.server_url
-    done = threading.Event()
+    stop = threading.Event()
 
     def generate() -> None:
-        try:
-            httpx.post(f"{url}/generate", json=LONG_GENERATE, timeout=600)
-        finally:
-            done.set()
+        with httpx.Client(timeout=600) as http:
+            while not stop.is_set():
+                http.post(f"{url}/generate", json=LONG_GENERATE)
 
-    thread = threading.Thread(target=generate)
+    loops = [threading.Thread(target=generate) for _ in range(2)]
     with SGLangClient(url, timeout=30, admin_api_key=Secret(KEY)) as client:
-        thread.start()
-        for _ in range(300):
-            load = client.load()
-            if load is not None and load.running:
-                break
-            done.wait(0.1)
-        assert load is not None
-        assert load.running == 1
-        refused = client.attach_storage("file")
-        assert refused.status_code == 400
-        assert refused.message == (
-            "Failed to attach HiCache storage backend.\n"
-            "Reject attach: scheduler is not idle. #queue-req=0 #running-req=1"
-        )
-        operation = stack.live({"kind": "storage_attach", "backend": "file"})
-        assert operation["state"] == OperationState.FAILED
-        assert "was not idle within 3 s (1 running, 0 queued)" in operation["operation"]["outcome"]
-        assert stack.sglang()["hicache_storage_backend"] is None
-    thread.join(timeout=600)
+        for loop in loops:
+            loop.start()
+        try:
+            for _ in range(300):
+                load = client.load()
+                if load is not None and load.running:
+                    break
+                stop.wait(0.1)
+            assert load is not None
+            assert load.running >= 1
+            refused = client.attach_storage("file")
+            assert refused.status_code == 400
+            assert refused.message.startswith(
+                "Failed to attach HiCache storage backend.\n"
+                "Reject attach: scheduler is not idle. #queue-req=0 #running-req="
+            )
+            operation = stack.live({"kind": "storage_attach", "backend": "file"})
+            assert operation["state"] == OperationState.FAILED
+            outcome = operation["operation"]["outcome"]
+            assert "the server was not idle within 3 s (" in outcome
+            assert outcome.endswith("nothing was changed")
+            assert stack.sglang()["hicache_storage_backend"] is None
+        finally:
+            stop.set()
+            for loop in loops:
+                loop.join(timeout=600)
 
 
 def test_a_wrong_admin_key_is_refused_by_sglang(stack: LiveStack) -> None:
