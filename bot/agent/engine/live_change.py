@@ -40,7 +40,7 @@ from bot.agent.facts import FactsSnapshot
 from bot.agent.facts._sources import version_of
 from bot.agent.sglang_client import AdminReply, LiveHiCache, ServerLoad
 from bot.agent.state.views import RevisionOutcome
-from bot.errors import CommandLineError, InputError, KimiOpsError
+from bot.errors import CommandLineError, InputError
 from bot.planner import (
     AdminKey,
     HostMemory,
@@ -298,9 +298,10 @@ def live_facts(
     )
 
 
-class LiveFailed(KimiOpsError):
-    """A live change that did not happen; the message is what the person reads. Local to this
-    module: caught by :class:`LiveRunner`, never raised past it."""
+class LiveFailed(Exception):
+    """A live change that did not happen; the message is what the person reads. Control flow
+    local to this module (as the engine's ``Abandoned``), outside ``bot.errors``' tree: caught
+    by :class:`LiveRunner`, never raised past it."""
 
     def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -464,7 +465,7 @@ class LiveRunner:
         )
 
 
-def decision_facts_note(decision: LiveDecision, idle: IdleRule) -> dict[str, Any]:
+def proposal_body(decision: LiveDecision, idle: IdleRule) -> dict[str, Any]:
     """What a proposal shows: live or restart, why, and the wait expected before the change."""
     body = decision.to_dict()
     body["expected_wait_s"] = idle.expected_wait_s if decision.live else None
@@ -486,7 +487,7 @@ class LiveChanges:
 
     def proposal(self, change: LiveChange) -> dict[str, Any]:
         """Live or restart, why, and the expected wait: what a proposal shows."""
-        return decision_facts_note(self.decide(change), self.idle)
+        return proposal_body(self.decide(change), self.idle)
 
     def decision(self, change: LiveChange) -> LiveDecision:
         """The decision for ``change``, live or restart; InputError, with its reason, when it
