@@ -210,7 +210,7 @@ def _bar_line(view: ProgressView) -> str:
 
 def _final_fields(view: ProgressView) -> Block | None:
     final = view.final
-    if final is None:
+    if final is None or final.startup_s is None:  # no start to report (a live change)
         return None
     return fields(
         [

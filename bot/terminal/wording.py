@@ -273,6 +273,9 @@ def _cause_lines(what: str, cause: Cause) -> list[str]:
 def final_line(watch: Watch, view: ProgressView) -> list[str]:
     """The end of an operation: its figures, or its failure and the decisive log lines."""
     final = view.final
+    if view.state is OperationState.READY and (final is None or final.startup_s is None):
+        # No start to report: a live change, whose last word says what it did.
+        return [f"READY {watch.host}: {view.message}"]
     if view.state is OperationState.READY and final is not None:
         planned = (
             ""
