@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bot._agent_fields import Json, enum_value, field_of, mapping, number, optional, texts, whole
+from bot._agent_live import LiveStorage
 from bot._agent_memory import MemoryWatchView
 from bot._agent_operations import AgentOperation
 from bot.errors import AgentError
@@ -55,6 +56,9 @@ class AgentStatus:
     ram_headroom_gb: float | None = None
     #: The post-ready memory watch: its notices and whether the headroom is under the floor.
     memory: MemoryWatchView = field(default_factory=MemoryWatchView)
+    #: HiCache's storage tier live (SGLang's GET) beside the command line's; None when the
+    #: agent holds no admin key or is older than the field.
+    storage: LiveStorage | None = None
 
     @classmethod
     def from_json(cls, body: object) -> AgentStatus:
@@ -107,6 +111,7 @@ class AgentStatus:
             ram_cgroup_limit_gb=number(ram, "cgroup_limit_gb", f"{where}'s ram"),
             ram_headroom_gb=number(ram, "headroom_gb", f"{where}'s ram"),
             memory=MemoryWatchView.from_json(status.get("memory_watch"), f"{where}'s memory_watch"),
+            storage=LiveStorage.from_json(status.get("hicache_live")),
         )
 
 

@@ -6,7 +6,7 @@ member's value is what crosses the wire (the agent's JSON) and what the database
 
 An operation, as the agent runs it::
 
-    kind: resize | restart | rollback
+    kind: resize | restart | rollback | live | reconfigure
     state: running -> (stalled <-> running) -> ready
                                             -> rolling_back -> rolled_back | failed
                                             -> failed
@@ -23,8 +23,10 @@ __all__ = [
     "FINAL_ROLLOUT_STATES",
     "HOST_FAILURE_KINDS",
     "LOG_FAILURE_KINDS",
+    "ApplyMode",
     "EventPhase",
     "FailureKind",
+    "LiveChangeKind",
     "OperationKind",
     "OperationState",
     "RefusedBy",
@@ -40,6 +42,26 @@ class OperationKind(StrEnum):
     RESIZE = "resize"  # write new HiCache flags, then restart
     RESTART = "restart"  # restart with the current command line
     ROLLBACK = "rollback"  # return to an earlier recorded command line, then restart
+    LIVE = "live"  # change HiCache's storage tier through SGLang's runtime API, no restart
+    RECONFIGURE = "reconfigure"  # write HiCache's storage or policy flags, then restart
+
+
+class LiveChangeKind(StrEnum):
+    """What a live change (SGLang's HiCache runtime API) does."""
+
+    STORAGE_ATTACH = "storage_attach"
+    STORAGE_DETACH = "storage_detach"
+    STORAGE_CLEAR = "storage_clear"
+    WRITE_POLICY = "write_policy"
+    PREFETCH_POLICY = "prefetch_policy"
+
+
+class ApplyMode(StrEnum):
+    """How a change reaches the server: through the runtime API, by a restart, or not at all."""
+
+    LIVE = "live"
+    RESTART = "restart"
+    REFUSED = "refused"
 
 
 class OperationState(StrEnum):
@@ -77,6 +99,8 @@ class EventPhase(StrEnum):
     HOST_POOL = "host_pool"
     HTTP = "http"
     WARMUP = "warmup"
+    WAITING_IDLE = "waiting_idle"  # a live change waits for no request running or queued
+    APPLYING = "applying"  # a live change calls SGLang's runtime API
     VERIFYING = "verifying"
     READY = "ready"
     STALLED = "stalled"
@@ -125,6 +149,7 @@ class FailureKind(StrEnum):
     BACKEND = "backend"  # systemd or the process backend refused to start or stop
     AGENT_ERROR = "agent_error"  # a bug or an unexpected error inside the agent
     UNKNOWN = "unknown"  # the process died or health failed and the log says nothing
+    LIVE_REFUSED = "live_refused"  # a live change SGLang refused, or that did not show in GET
 
 
 #: The kinds the startup-log parser can tell from SGLang's lines.

@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NoReturn
 
@@ -35,8 +35,11 @@ __all__ = [
     "Topology",
     "read_hicache",
     "read_host_pool_args",
+    "read_option",
     "read_topology",
+    "redact_secrets",
     "rewrite_hicache",
+    "rewrite_options",
     "server_args_start",
     "sglang_add_cli_args",
     "validate_command",
@@ -96,6 +99,10 @@ _OPTIONS: dict[str, tuple[str, int]] = {
         26,
     ),
     "--context-length": ("--context-length", 11),
+    # HiCache's runtime API (docs/sglang.md, Live changes): recognised only when written in full.
+    "--hicache-storage-prefetch-policy": ("--hicache-storage-prefetch-policy", 33),
+    "--admin-api-key": ("--admin-api-key", 15),
+    "--api-key": ("--api-key", 9),
 }
 # Options of ours that take no value (argparse store_true).
 _FLAGS = frozenset(
@@ -292,6 +299,59 @@ def read_host_pool_args(argv: Sequence[str]) -> HostPoolArgs:
         storage_extra_config=text("--hicache-storage-backend-extra-config"),
         context_length=_int_value(_last(found, "--context-length"), "--context-length"),
     )
+
+
+def read_option(argv: Sequence[str], option: str) -> str | None:
+    """The value of ``option`` (canonical, one of ours) as the server would read it, or None."""
+    occurrence = _last(_scan(argv), option)
+    return None if occurrence is None else _value_of(occurrence)
+
+
+#: The options whose value is a secret: shown as REDACTED wherever the agent answers a client.
+SECRET_OPTIONS = ("--admin-api-key", "--api-key")
+REDACTED = "<redacted>"
+
+
+def redact_secrets(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of :data:`SECRET_OPTIONS` replaced by ``<redacted>``: the
+    command line as the agent's API shows it (the server's admin key never leaves the host)."""
+    out = list(argv)
+    for occurrence in _scan(argv):
+        if occurrence.option not in SECRET_OPTIONS or occurrence.value is None:
+            continue
+        if occurrence.inline:
+            out[occurrence.index] = f"{argv[occurrence.index].partition('=')[0]}={REDACTED}"
+        else:
+            out[occurrence.index + 1] = REDACTED
+    return out
+
+
+def rewrite_options(argv: Sequence[str], values: Mapping[str, str | None]) -> list[str]:
+    """``argv`` with each option of ``values`` (canonical, value-taking) set to its value, in
+    place or appended, or removed everywhere when its value is None; nothing else moves."""
+    found = _scan(argv)
+    drop: set[int] = set()
+    replace: dict[int, str] = {}
+    appended: list[str] = []
+    for option, value in values.items():
+        if option not in _OPTIONS or option in _FLAGS:
+            raise CommandLineError(f"{option} is not a value-taking option kimi-ops rewrites")
+        hits = [occurrence for occurrence in found if occurrence.option == option]
+        for occurrence in hits:
+            if value is None:
+                drop.add(occurrence.index)
+                if not occurrence.inline and occurrence.value is not None:
+                    drop.add(occurrence.index + 1)
+            elif occurrence.inline:
+                replace[occurrence.index] = f"{argv[occurrence.index].partition('=')[0]}={value}"
+            elif occurrence.value is not None:
+                replace[occurrence.index + 1] = value
+            else:
+                replace[occurrence.index] = f"{argv[occurrence.index]}={value}"
+        if value is not None and not hits:
+            appended += [option, value]
+    out = [replace.get(i, token) for i, token in enumerate(argv) if i not in drop]
+    return out + appended
 
 
 def read_topology(argv: Sequence[str]) -> Topology:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from bot.agent.tokens import TokenSet, parse_tokens
 from bot.errors import ConfigError
-from bot.settings import Section, load_config, secret_from_env
+from bot.settings import Secret, Section, load_config, secret_from_env
 
 __all__ = [
     "ADOPT_COMMAND",
@@ -94,6 +94,8 @@ _KNOWN_KEYS = (
     "max_connections_per_client",
     "max_body_bytes",
     "max_polls_per_token",
+    "admin_api_key_env",
+    "live_idle_timeout_s",
 )
 
 
@@ -169,6 +171,11 @@ class AgentSettings:
     tls_key: Path | None = None
     allow_plaintext: bool = False
     http: HttpLimits = field(default_factory=HttpLimits)
+    #: The variable holding the SGLang server's ``--admin-api-key`` (HiCache's runtime API).
+    admin_api_key_env: str | None = None
+    admin_api_key: Secret | None = field(default=None, repr=False)
+    #: How long a live change waits for the server to be idle before it gives up.
+    live_idle_timeout_s: float = 600.0
 
     @property
     def listen(self) -> str:
@@ -267,6 +274,16 @@ def agent_settings_from_config(
     state_dir = Path(section.text("state_dir", "/var/lib/kimi-ops/agent"))
     log_file = Path(section.text("log_file", str(state_dir / "server.log")))
     sim_state = section.optional_text("sim_state_dir") or env.get("KIMI_SIM_STATE_DIR")
+    admin_env = section.optional_text("admin_api_key_env")
+    admin_key = (
+        None
+        if admin_env is None
+        else secret_from_env(
+            environ,
+            admin_env,
+            "the SGLang server's --admin-api-key ([agent] admin_api_key_env)",
+        )
+    )
     return AgentSettings(
         tokens=tokens,
         listen_host=listen_host,
@@ -309,6 +326,9 @@ def agent_settings_from_config(
         tls_key=tls_key,
         allow_plaintext=section.flag("allow_plaintext", False),
         http=_http_limits(section),
+        admin_api_key_env=admin_env,
+        admin_api_key=admin_key,
+        live_idle_timeout_s=_positive(section, "live_idle_timeout_s", 600.0),
     )
 
 

@@ -21,6 +21,13 @@ from bot.agent.control.process import ProcessControl
 from bot.agent.control.protocol import ServerControl
 from bot.agent.control.systemd import SystemdControl
 from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
+from bot.agent.engine.live_change import (
+    IdleRule,
+    LiveChanges,
+    LiveState,
+    decide_on,
+    state_of_command,
+)
 from bot.agent.engine.manager import OperationManager
 from bot.agent.engine.post_ready import (
     DEFAULT_INTERVAL_S,
@@ -39,7 +46,7 @@ from bot.agent.tokens import TokenSet
 from bot.agent.write_hook import NO_WRITE_HOOK, WriteHook
 from bot.clock import Clock, SystemClock
 from bot.errors import ConfigError
-from bot.planner import ChangeRequest, Plan
+from bot.planner import ChangeRequest, LiveChange, Plan
 from bot.vocab import OperationKind, ServerState
 
 __all__ = ["AgentService", "build_service", "make_control", "make_probe"]
@@ -115,7 +122,7 @@ class AgentService:
         # Only a server that answers /health 200 serves /metrics; do not wait on one starting.
         up = snap.server.state is ServerState.RUNNING and snap.server.health_code == 200
         metrics = self.sglang.server_metrics() if up else None
-        return status_body(
+        body = status_body(
             snap,
             None if current is None else current.to_dict(),
             metrics,
@@ -124,9 +131,36 @@ class AgentService:
             memory_watch=self.watch.status(),
             memory_problem=self.watch.problem(),
         )
+        if up and self.settings.admin_api_key:
+            body["hicache_live"] = self.live_hicache()
+        return body
 
     def plan(self, request: ChangeRequest) -> tuple[Plan, str]:
         return self.facts.plan(request)
+
+    def plan_live(self, change: LiveChange) -> dict[str, Any]:
+        """Live or restart for ``change``, why, and the expected wait (docs/sglang.md)."""
+        assert self.manager.live is not None
+        return self.manager.live.proposal(change)
+
+    def submit_live(
+        self, change: LiveChange, actor: str, caller: str | None = None
+    ) -> OperationView:
+        return self.manager.submit_live(change, actor, caller)
+
+    def live_hicache(self) -> dict[str, Any] | None:
+        """``GET /hicache/storage-backend`` beside the command line's values; None when the
+        agent holds no admin key."""
+        if not self.settings.admin_api_key:
+            return None
+        reply = self.sglang.storage_status()
+        argv = self.control.read_command()
+        return {
+            "live": None if reply.live is None else LiveState.of(reply.live).to_dict(),
+            "command_line": state_of_command(argv).to_dict(),
+            "status_code": reply.status_code,
+            "message": None if reply.ok else reply.message,
+        }
 
     def submit(
         self,
@@ -209,16 +243,25 @@ def build_service(
         control if control is not None else make_control(settings, used_clock, write_hook)
     )
     # Two clients on their own timeouts: status answers in bounded time, while the engine
-    # waits as long as a loaded server's /health may take (bot.agent.config).
+    # waits as long as a loaded server's /health may take (bot.agent.config). Both hold the
+    # admin key: status reads the storage tier live, the engine changes it.
     used_sglang = (
         sglang
         if sglang is not None
-        else SGLangClient(settings.server_url, timeout=settings.status_timeout_s)
+        else SGLangClient(
+            settings.server_url,
+            timeout=settings.status_timeout_s,
+            admin_api_key=settings.admin_api_key,
+        )
     )
     engine_sglang = (
         sglang
         if sglang is not None
-        else SGLangClient(settings.server_url, timeout=settings.health_timeout_s)
+        else SGLangClient(
+            settings.server_url,
+            timeout=settings.health_timeout_s,
+            admin_api_key=settings.admin_api_key,
+        )
     )
     used_state = state if state is not None else AgentState(settings.state_dir, write_hook)
     facts = FactsService(settings, used_probe, used_control, used_sglang, used_state, used_clock)
@@ -232,6 +275,12 @@ def build_service(
         facts.plan,
         health_grace_s=health_grace_s,
         crash_points=NO_CRASHES if crash_points is None else crash_points,
+        live=lambda ctx: LiveChanges(
+            ctx,
+            used_sglang,
+            lambda change: decide_on(facts.snapshot(), change, settings, used_sglang, settings.env),
+            IdleRule(interval_s=settings.poll_interval_s, timeout_s=settings.live_idle_timeout_s),
+        ),
     )
     watch = PostReadyWatch(
         used_probe,

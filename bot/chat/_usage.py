@@ -24,6 +24,8 @@ VERBS: tuple[str, ...] = (
     "fleets",
     "resume",
     "fleet",
+    "storage",
+    "hicache",
 )
 
 USAGE: dict[str, str] = {
@@ -33,7 +35,10 @@ USAGE: dict[str, str] = {
     "history [n] [host] | hosts | report [host] | report every <interval> | "
     "report daily HH:MM | report off [N] | report schedules | fleets | "
     "resize ratio <R> fleet <name> | restart fleet <name> | rollback fleet <name> | "
-    "resume fleet <name> | fleet <name> rejoin <host>",
+    "resume fleet <name> | fleet <name> rejoin <host> | "
+    "storage attach <backend> [key=value ...] [host] | "
+    "storage detach [host] | storage clear [host] | hicache write-policy <policy> [host] | "
+    "hicache prefetch-policy <policy> [host]",
     "status": "status [host]",
     "resize": "resize ratio <R> [host] | resize size <GB> [host] | resize auto [host] | "
     "resize ratio <R> fleet <name> | resize size <GB> fleet <name>",
@@ -48,6 +53,10 @@ USAGE: dict[str, str] = {
     "fleets": "fleets",
     "resume": "resume fleet <name>",
     "fleet": "fleet <name> rejoin <host>",
+    "storage": "storage attach <backend> [key=value ...] [host] | storage detach [host] | "
+    "storage clear [host]",
+    "hicache": "hicache write-policy <write_through|write_back|write_through_selective> [host] "
+    "| hicache prefetch-policy <best_effort|wait_complete|timeout> [host]",
 }
 
 #: (example, what it does), as help shows them; ``{zone}`` is where ``report daily`` is read.
@@ -75,6 +84,8 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("rollback fleet prod", "undo the replicas fleet prod's last rollout changed"),
     ("resume fleet prod", "carry on fleet prod's stopped rollout, or put back its replicas"),
     ("fleet prod rejoin kimi-02", "put kimi-02 back in fleet prod's router once it is healthy"),
+    ("storage attach file", "attach HiCache's file storage tier; no restart where SGLang allows"),
+    ("storage detach", "detach the storage tier, with no restart"),
 )
 
 

@@ -155,6 +155,19 @@ class AgentClient:
         body = self._call("POST", "/v1/operations", json=payload)
         return self._parse(lambda b: AgentOperation.from_json(b["operation"]), body, "operation")
 
+    def plan_live(self, change: Mapping[str, Any]) -> dict[str, Any]:
+        """Live (no restart) or restart for a HiCache runtime change: the agent's ``mode``,
+        ``reason`` and ``expected_wait_s`` (``POST /v1/live/plans``)."""
+        body = self._call("POST", "/v1/live/plans", json=dict(change))
+        return self._parse(lambda b: dict(b), body, "live plan")
+
+    def submit_live(self, change: Mapping[str, Any], actor: str) -> AgentOperation:
+        """Start a live change; the agent refuses (422, with why) one that is not live."""
+        body = self._call(
+            "POST", "/v1/live/operations", json={"actor": actor, "change": dict(change)}
+        )
+        return self._parse(lambda b: AgentOperation.from_json(b["operation"]), body, "operation")
+
     def events(self, operation_id: int, after: int = 0, wait_s: float = 0.0) -> OperationPage:
         """The operation and its events after seq ``after``; with ``wait_s`` the agent holds the
         request until an event comes or ``wait_s`` (at most 60 s) passes."""

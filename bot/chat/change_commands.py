@@ -267,6 +267,10 @@ def _title(host: str, operation: AgentOperation, returns_to: int | None = None) 
         if returns_to is not None and operation.plan is not None:
             return f"Roll back {host} to revision {returns_to}: hicache {operation.plan.setting}"
         return f"Roll back {host}"
+    if operation.kind is OperationKind.LIVE:
+        return f"Live HiCache change on {host}"
+    if operation.kind is OperationKind.RECONFIGURE:
+        return f"Reconfigure {host}"
     return f"Restart {host}"
 
 

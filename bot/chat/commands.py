@@ -18,6 +18,7 @@ __all__ = [
     "Help",
     "History",
     "Hosts",
+    "LiveHiCache",
     "Report",
     "ReportDaily",
     "ReportEvery",
@@ -49,6 +50,20 @@ class Resize:
     size_gb: int | None = None
     host: str | None = None
     auto: bool = False
+
+
+@dataclass(frozen=True)
+class LiveHiCache:
+    """``storage attach|detach|clear`` and ``hicache write-policy|prefetch-policy``: a change
+    SGLang's runtime API may make with no restart. ``kind`` is a
+    :class:`bot.vocab.LiveChangeKind` value; ``extra_config`` the backend's config as JSON
+    text (or ``@path`` on the host)."""
+
+    kind: str
+    backend: str | None = None
+    extra_config: str | None = None
+    policy: str | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,4 +196,5 @@ Command = (
     | FleetResume
     | FleetRejoin
     | Fleets
+    | LiveHiCache
 )

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bot.chat import fleet_commands, read_commands, report_commands
+from bot.chat import fleet_commands, live_commands, read_commands, report_commands
 from bot.chat.adoption import adopt_applied
 from bot.chat.agent_client import connect
 from bot.chat.audit import Audit, Watch
@@ -36,6 +36,7 @@ from bot.chat.grammar import (
     Help,
     History,
     Hosts,
+    LiveHiCache,
     Report,
     ReportDaily,
     ReportEvery,
@@ -78,6 +79,7 @@ _HANDLERS: dict[type, Callable[[Context, Actor, Any], Reply]] = {
     FleetResume: fleet_commands.fleet_resume,
     FleetRejoin: fleet_commands.fleet_rejoin,
     Fleets: fleet_commands.fleets,
+    LiveHiCache: live_commands.live_change,
 }
 
 

@@ -19,6 +19,7 @@ digits, none of which a person means as a HiCache setting.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 import unicodedata
@@ -39,6 +40,7 @@ from bot.chat.commands import (
     Help,
     History,
     Hosts,
+    LiveHiCache,
     Report,
     ReportDaily,
     ReportEvery,
@@ -67,6 +69,7 @@ __all__ = [
     "Help",
     "History",
     "Hosts",
+    "LiveHiCache",
     "Report",
     "ReportDaily",
     "ReportEvery",
@@ -453,6 +456,82 @@ def _daily(words: _Words, value: str) -> ReportDaily:
     return ReportDaily(hour=hour, minute=minute)
 
 
+_BACKEND = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", re.ASCII)
+_INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
+_PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+
+
+def _storage(words: _Words) -> LiveHiCache:
+    action = words.args.pop(0).lower() if words.args else ""
+    if action in ("detach", "clear"):
+        return LiveHiCache(kind=f"storage_{action}", host=_only_host(words))
+    if action != "attach":
+        raise words.fail(f"storage takes 'attach', 'detach' or 'clear', not {_shown(action)}")
+    if not words.args:
+        raise words.fail("storage attach needs a backend, e.g. 'storage attach file'")
+    backend = words.args.pop(0).lower()
+    if not _BACKEND.fullmatch(backend):
+        raise words.fail(f"storage backend {_shown(backend)} is not a name like file or mooncake")
+    host = words.take_host(len(words.args) if all("=" in w for w in words.args) else 0)
+    return LiveHiCache(
+        kind="storage_attach", backend=backend, extra_config=_extra_config(words), host=host
+    )
+
+
+def _extra_config(words: _Words) -> str | None:
+    """``key=value`` pairs as the backend's JSON config (numbers and true/false typed), or
+    ``config=@/path`` naming a config file on the host."""
+    pairs: dict[str, object] = {}
+    for word in words.args:
+        key, eq, value = word.partition("=")
+        if not eq or not _KEY.fullmatch(key) or not value:
+            raise words.fail(f"{_shown(word)} is not key=value, e.g. file_storage_path=/data")
+        if key in pairs:
+            raise words.fail(f"{key} is given twice")
+        if key == "config":
+            if not value.startswith("@/"):
+                raise words.fail(f"config={_shown(value)} names a file as config=@/path/file.json")
+            if len(words.args) > 1:
+                raise words.fail("config=@file takes the whole config; give no other key=value")
+            words.args.clear()
+            return value
+        pairs[key] = _typed(value)
+    words.args.clear()
+    return json.dumps(pairs, sort_keys=True) if pairs else None
+
+
+def _typed(value: str) -> object:
+    if _INTEGER.fullmatch(value):
+        return int(value)
+    if _DECIMAL.fullmatch(value):
+        return float(value)
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+def _hicache(words: _Words) -> LiveHiCache:
+    setting = words.args.pop(0).lower() if words.args else ""
+    choices = {"write-policy": _WRITE_POLICIES, "prefetch-policy": _PREFETCH_POLICIES}
+    if setting not in choices:
+        raise words.fail(
+            f"hicache takes 'write-policy' or 'prefetch-policy', not {_shown(setting)}"
+        )
+    host = words.take_host(1)
+    if len(words.args) != 1:
+        raise words.fail(f"hicache {setting} needs one of {', '.join(choices[setting])}")
+    policy = words.args.pop().lower()
+    if policy not in choices[setting]:
+        raise words.fail(
+            f"{setting} {_shown(policy)} is not one SGLang knows; use one of "
+            f"{', '.join(choices[setting])}"
+        )
+    kind = "write_policy" if setting == "write-policy" else "prefetch_policy"
+    return LiveHiCache(kind=kind, policy=policy, host=host)
+
+
 _PARSERS: dict[str, Callable[[_Words], Command]] = {
     "help": _help,
     "status": _status,
@@ -467,4 +546,6 @@ _PARSERS: dict[str, Callable[[_Words], Command]] = {
     "fleets": _fleets,
     "resume": _resume,
     "fleet": _fleet,
+    "storage": _storage,
+    "hicache": _hicache,
 }

@@ -136,10 +136,13 @@ def refusal_text(refusal: Refusal) -> str:
 
 def history_note(entry: HistoryEntry) -> str:
     """What a history row adds after its figures: the failure kind, and what the revision is
-    when it is not a new config (``restart``; ``rollback to #7``)."""
+    when it is not a new config started anew (``restart``; ``rollback to #7``; ``live, no
+    restart``)."""
     notes = [entry.failure_kind] if entry.failure_kind else []
     if entry.kind == "restart":
         notes.append("restart")
+    elif entry.kind == "live":
+        notes.append("live, no restart")
     elif entry.kind == "rollback":
         notes.append(
             "rollback" if entry.returned_to is None else f"rollback to #{entry.returned_to}"

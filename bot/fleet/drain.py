@@ -1,11 +1,13 @@
 """Is a replica idle? Asked of the replica itself, since the router does not drain.
 
-SGLang's ``GET /get_load`` answers one object per DP rank::
+SGLang 0.5.23's ``GET /v1/loads`` (``entrypoints/v1_loads.py``) answers
+``{"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 0, ...}, ...]}``, and
+earlier releases' ``GET /get_load`` (which 0.5.23 no longer serves) one object per DP rank::
 
     [{"dp_rank": 0, "num_reqs": 2, "num_waiting_reqs": 0, "num_tokens": 14}, ...]
 
-and the replica is idle when ``num_reqs`` and ``num_waiting_reqs`` are zero on every rank. A
-server without ``/get_load`` (older SGLang) is read from ``/metrics`` instead: the sum of
+and the replica is idle when nothing runs or waits on any rank. A server with neither is read
+from ``/metrics`` instead: the sum of
 ``sglang:num_running_reqs`` and ``sglang:num_queue_reqs`` (with ``--enable-metrics``). A replica
 that answers neither counts as unknown, never as idle. :func:`wait_idle` needs ``polls``
 idle answers in a row (a request can arrive between two polls from a client that read the
@@ -36,7 +38,7 @@ class LoadProbe(Protocol):
 
 
 class ReplicaLoad:
-    """:class:`LoadProbe` over HTTP: ``/get_load``, else ``/metrics``."""
+    """:class:`LoadProbe` over HTTP: ``/v1/loads``, else ``/get_load``, else ``/metrics``."""
 
     def __init__(self, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None):
         # No keep-alive: the replica polled is about to be stopped and started again.
@@ -52,11 +54,12 @@ class ReplicaLoad:
 
     def busy(self, url: str) -> int | None:
         try:
-            reply = self._http.get(f"{url}/get_load")
-            if reply.status_code == 200:
-                counted = _from_get_load(reply.json())
-                if counted is not None:
-                    return counted
+            for path, read in (("/v1/loads", _from_v1_loads), ("/get_load", _from_get_load)):
+                reply = self._http.get(f"{url}{path}")
+                if reply.status_code == 200:
+                    counted = read(reply.json())
+                    if counted is not None:
+                        return counted
             metrics = self._http.get(f"{url}/metrics")
         except (httpx.HTTPError, ValueError):
             return None
@@ -64,6 +67,18 @@ class ReplicaLoad:
             return None
         found = _BUSY.findall(metrics.text)
         return int(sum(float(value) for value in found)) if found else None
+
+
+def _from_v1_loads(body: object) -> int | None:
+    ranks = body.get("loads") if isinstance(body, dict) else None
+    if not isinstance(ranks, list) or not ranks:
+        return None
+    total = 0
+    for rank in ranks:
+        if not isinstance(rank, dict) or "num_running_reqs" not in rank:
+            return None
+        total += int(rank.get("num_running_reqs") or 0) + int(rank.get("num_waiting_reqs") or 0)
+    return total
 
 
 def _from_get_load(body: object) -> int | None:

@@ -44,6 +44,15 @@ from bot.planner._host_pools import (
     parse_extra_config,
 )
 from bot.planner._kv_shape import KvShape, element_bytes, kv_shape_from_config
+from bot.planner._live import (
+    PREFETCH_POLICIES,
+    WRITE_POLICIES,
+    AdminKey,
+    LiveChange,
+    LiveDecision,
+    LiveFacts,
+    decide_live,
+)
 from bot.planner._per_token import BytesPerToken, BytesSource, resolve_bytes_per_token
 from bot.planner._plan import (
     DEFAULT_HEADROOM_GB,
@@ -73,8 +82,11 @@ __all__ = [
     "DEFAULT_PIN_SECONDS_PER_GB",
     "DEFAULT_SGLANG_VERSION",
     "GB",
+    "PREFETCH_POLICIES",
     "SGLANG_HOST_RESERVE_BYTES",
     "SWA_POOL",
+    "WRITE_POLICIES",
+    "AdminKey",
     "AutoSize",
     "BytesPerToken",
     "BytesSource",
@@ -93,6 +105,9 @@ __all__ = [
     "HostPoolSize",
     "HybridPools",
     "KvShape",
+    "LiveChange",
+    "LiveDecision",
+    "LiveFacts",
     "MooncakeSegment",
     "Plan",
     "SGLangVersion",
@@ -101,6 +116,7 @@ __all__ = [
     "StorageBackend",
     "Verdict",
     "auto_size",
+    "decide_live",
     "default_mem_fraction_static",
     "default_ratio",
     "element_bytes",

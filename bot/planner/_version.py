@@ -75,5 +75,13 @@ class SGLangVersion:
         ratio 2.0. 0.5.23 is the first release read that has it."""
         return self.key >= (0, 5, 23)
 
+    @property
+    def has_hicache_runtime_api(self) -> bool:
+        """0.5.23 attaches, detaches and clears HiCache's storage backend and sets its write and
+        prefetch policies at run time (``PUT/DELETE/GET /hicache/storage-backend``,
+        ``entrypoints/http_server.py``). The release that brought it is not pinned down, so
+        only 0.5.23 on is taken to have it: an older server is changed by a restart."""
+        return self.key >= (0, 5, 23)
+
 
 DEFAULT_SGLANG_VERSION = SGLangVersion(0, 5, 9, "0.5.9")

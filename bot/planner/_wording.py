@@ -173,3 +173,30 @@ def no_auto_sizing(version: SGLangVersion) -> str:
         f"SGLang {version} has no HiCache auto-sizing (0.5.23 and later have it): with neither "
         "--hicache-ratio nor --hicache-size it takes ratio 2, whatever RAM the host has"
     )
+
+
+# -- live changes (bot.planner._live) ---------------------------------------------------------
+
+_ADMIN_KEY_PROBLEMS = {
+    "server_has_none": "the server was started without --admin-api-key, which the runtime API "
+    "needs",
+    "agent_has_none": "the agent holds no admin key ([agent] admin_api_key_env names none)",
+    "differs": "the agent's admin key is not the server's --admin-api-key",
+}
+
+
+def admin_key_problem(state: str) -> str | None:
+    """Why the admin key keeps a change from being live, or None when the agent holds it."""
+    return _ADMIN_KEY_PROBLEMS.get(state)
+
+
+def live_needs_restart(why: str) -> str:
+    return f"needs a restart: {why}."
+
+
+def live_reason(phrase: str, added_bytes: int) -> str:
+    ram = f", adding {added_bytes / GB:.1f} GB of host RAM" if added_bytes else ""
+    return (
+        f"live (no restart): SGLang's runtime API can {phrase}{ram} once the server is idle "
+        "(no request running or queued)."
+    )

@@ -62,6 +62,7 @@ def build_parser(version: tuple[int, ...]) -> argparse.ArgumentParser:
     add("--log-requests", action="store_true")
     add("--enable-metrics", action="store_true")
     add("--api-key", type=str, default=None)
+    add("--admin-api-key", type=str, default=None)
     add("--watchdog-timeout", type=float, default=300)
     add("--attention-backend", type=str, default=None)
     add("--disable-radix-cache", action="store_true")
@@ -105,10 +106,16 @@ def build_parser(version: tuple[int, ...]) -> argparse.ArgumentParser:
         default="page_first" if version >= (0, 5, 15) else "layer_first",
     )
     add("--hicache-storage-backend", type=str, default=None)
+    add(
+        "--hicache-storage-prefetch-policy",
+        type=str,
+        choices=["best_effort", "wait_complete", "timeout"],
+        default="timeout",
+    )
+    add("--hicache-storage-backend-extra-config", type=str, default=None)
     if version >= (0, 5, 20):
         add("--hicache-host-memory-fraction", type=float, default=0.8)
         add("--hicache-host-memory-mode", type=str, default="cache")
-        add("--hicache-storage-backend-extra-config", type=str, default=None)
         modes = ["null", "prefill", "decode"]
         add("--disaggregation-mode", type=str, choices=modes, default="null")
         add("--disaggregation-decode-enable-offload-kvcache", action="store_true")

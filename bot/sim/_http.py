@@ -9,7 +9,10 @@ request gets uvicorn's access line, e.g. ``INFO:     127.0.0.1:52310 - "GET /hea
 
 ``POST /generate`` takes ``generate_s`` seconds (``KIMI_SIM_GENERATE_S``) and answers SGLang's
 body, or with ``"stream": true`` its server-sent events (``data: {...}`` chunks, then
-``data: [DONE]``); while draining it answers 503. ``GET /get_load`` is :mod:`bot.sim._requests`.
+``data: [DONE]``); while draining it answers 503. ``GET /get_load`` is :mod:`bot.sim._requests`;
+0.5.23 also serves ``GET /v1/loads`` (``{"loads": [{"dp_rank": 0, "num_running_reqs": 0,
+"num_waiting_reqs": 0, ...}]}``) and HiCache's runtime API (``/hicache/storage-backend``:
+:mod:`bot.sim._hicache_api`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from bot.sim._hicache_api import AdminAnswer, LiveHiCacheState
 from bot.sim._output import Log
 from bot.sim._requests import InFlight
 
@@ -49,8 +53,16 @@ class ServerView:
     generate_s: float = 0.0
     # The synthetic load's (running, waiting) requests, counted into /get_load on rank 0.
     synthetic: Callable[[], tuple[int, int]] = field(default=lambda: (0, 0))
+    #: HiCache's runtime API and ``/v1/loads`` (SGLang 0.5.23); None: the version has neither.
+    hicache: LiveHiCacheState | None = None
     _flap_count: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def busy(self) -> tuple[int, int]:
+        """(running, waiting) over every rank, the synthetic load included."""
+        running, waiting = self.synthetic()
+        loads = self.in_flight.loads(running, waiting)
+        return sum(x.num_reqs for x in loads), sum(x.num_waiting_reqs for x in loads)
 
     def healthy(self) -> bool:
         if self.status != "ready":
@@ -95,9 +107,52 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_found(self) -> None:
         self._json({"detail": "Not Found"}, 404)
 
+    def _answer(self, answer: AdminAnswer) -> None:
+        self._send(answer.status, answer.body, answer.content_type)
+
+    def _hicache_route(self, method: str, path: str, raw: bytes) -> bool:
+        """Serve the runtime API's routes; False when ``path`` is none of them."""
+        api = self.server.view.hicache
+        routes = {
+            ("GET", "/hicache/storage-backend"),
+            ("PUT", "/hicache/storage-backend"),
+            ("DELETE", "/hicache/storage-backend"),
+            ("POST", "/hicache/storage-backend/clear"),
+        }
+        if api is None or (method, path) not in routes:
+            return False
+        refused = api.authorized(self.headers.get("authorization"))
+        if refused is not None:
+            self._answer(refused)
+        elif method == "GET":
+            self._answer(api.status())
+        elif method == "PUT":
+            self._answer(api.attach(raw))
+        elif method == "DELETE":
+            self._answer(api.detach())
+        else:
+            self._answer(api.clear())
+        return True
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_PUT(self) -> None:
+        raw = self._body()
+        if not self._hicache_route("PUT", self.path.split("?", 1)[0], raw):
+            self._not_found()
+
+    def do_DELETE(self) -> None:
+        raw = self._body()
+        if not self._hicache_route("DELETE", self.path.split("?", 1)[0], raw):
+            self._not_found()
+
     def do_GET(self) -> None:
         view = self.server.view
         path = self.path.split("?", 1)[0]
+        if self._hicache_route("GET", path, b""):
+            return
         if path in ("/health", "/health_generate"):
             self._send(200 if view.healthy() else 503)
         elif path == "/ready" and view.ready_endpoint:
@@ -118,6 +173,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/get_load":
             running, waiting = view.synthetic()
             self._json([load.to_json() for load in view.in_flight.loads(running, waiting)])
+        elif path == "/v1/loads" and view.hicache is not None:
+            running, waiting = view.synthetic()
+            loads = [
+                {
+                    "dp_rank": x.dp_rank,
+                    "num_running_reqs": x.num_reqs,
+                    "num_waiting_reqs": x.num_waiting_reqs,
+                    "num_used_tokens": x.num_tokens,
+                }
+                for x in view.in_flight.loads(running, waiting)
+            ]
+            self._json({"version": view.server_info.get("version"), "loads": loads})
         elif path == "/metrics" and view.metrics_enabled:
             body = view.metrics().encode()
             self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
@@ -125,9 +192,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_found()
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._body()
         path = self.path.split("?", 1)[0]
+        if self._hicache_route("POST", path, raw):
+            return
         if path == "/generate":
             self._generate(raw)
         elif path == "/flush_cache":

@@ -8,6 +8,7 @@ import time
 import urllib.request
 
 from bot.sim import _lines
+from bot.sim._hicache_api import LiveHiCacheState
 from bot.sim._http import HttpFront, ServerView
 from bot.sim._requests import InFlight
 from bot.sim._simulation import Simulation, Terminated
@@ -31,6 +32,12 @@ def open_http(sim: Simulation) -> None:
         generate_s=sim.s.generate_s,
         synthetic=sim.load.counts,
     )
+    if sim.s.version_tuple >= (0, 5, 23):
+        view = sim.view
+        # Built from the command line in this process: a restart forgets every live change.
+        view.hicache = LiveHiCacheState(
+            args, view.busy, apply_fails=sim.s.failures.live_not_applied
+        )
     try:
         sim.http = HttpFront(args.host, args.port, sim.view, sim.log)
     except OSError as exc:

@@ -30,7 +30,11 @@ FAIL_MODES = (
     "slow_pin:<factor>",
     "host_pool_x:<factor>",
     "health_flap",
+    "live_not_applied",
 )
+
+
+_FLAGS = ("crash_loading", "gpu_oom_graph", "health_flap", "live_not_applied")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Failures:
     # rule would) and logs the real figure: what the agent's guard must catch.
     host_pool_x: float = 1.0
     health_flap: bool = False
+    # HiCache's runtime API answers an attach with 200 but leaves the live values unchanged.
+    live_not_applied: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ def parse_failures(text: str) -> Failures:
         if not item:
             continue
         name, _, arg = item.partition(":")
-        if name in ("crash_loading", "gpu_oom_graph", "health_flap") and not arg:
+        if name in _FLAGS and not arg:
             values[name] = True
         elif name == "stall" and arg in PHASES:
             values["stall_after"] = arg

@@ -233,7 +233,7 @@ def _bar_line(view: ProgressView) -> str:
 
 def _final_fields(view: ProgressView) -> Block | None:
     final = view.final
-    if final is None:
+    if final is None or final.startup_s is None:  # no start to report (a live change)
         return None
     return fields(
         [
@@ -366,6 +366,7 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
             f"*{answer.host}*{default}: server {status.server_state}, health "
             f"{status.health_code or 'none'}, SGLang {status.version or '?'}, up "
             f"{uptime_text(status.uptime_s)}\nhicache *{status.effective or 'unknown'}*"
+            + _live_storage(status)
         ),
         fields(
             [
@@ -393,6 +394,16 @@ def _status_blocks(answer: HostAnswer) -> list[Block]:
     if notes:
         blocks.append(context(*notes))
     return blocks
+
+
+def _live_storage(status: AgentStatus) -> str:
+    """ "\nstorage live *file, write back, prefetch timeout*; command line ...", or ""."""
+    storage = status.storage
+    if storage is None:
+        return ""
+    live = storage.live.phrase() if storage.live else f"unknown ({storage.problem or 'no answer'})"
+    note = " (differs: a restart goes back to the command line)" if storage.differs else ""
+    return f"\nstorage live *{live}*; command line {storage.command_line.phrase()}{note}"
 
 
 def status_card(reply: StatusReply) -> SlackMessage:

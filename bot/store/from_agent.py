@@ -83,6 +83,8 @@ _KIND = {
     OperationKind.RESIZE: RevisionKind.CHANGE,
     OperationKind.RESTART: RevisionKind.RESTART,
     OperationKind.ROLLBACK: RevisionKind.ROLLBACK,
+    OperationKind.LIVE: RevisionKind.LIVE,
+    OperationKind.RECONFIGURE: RevisionKind.CHANGE,
 }
 
 

@@ -66,7 +66,8 @@ class RevisionOutcome(StrEnum):
 class RevisionKind(StrEnum):
     """What a revision does to its host: the audit tells a restart and a rollback from a change."""
 
-    CHANGE = "change"  # a new configuration (a resize)
+    CHANGE = "change"  # a new configuration (a resize, or storage flags then a restart)
+    LIVE = "live"  # a new configuration made through SGLang's runtime API, no restart
     RESTART = "restart"  # the same configuration started again
     ROLLBACK = "rollback"  # a return to an earlier configuration (``returned_to``)
 

@@ -121,6 +121,7 @@ def _status(answer: HostAnswer) -> list[str]:
         f", health {status.health_code or 'none'}, SGLang {status.version or '?'}"
         f", up {uptime_text(status.uptime_s)}",
         f"  hicache   {status.effective or 'unknown'}",
+        *_live_storage(status),
         f"  KV        device {_count(status.device_tokens)} tokens/rank; host "
         f"{_count(status.host_tokens_per_rank)} tokens, {_num(status.host_gb_per_rank)} GB "
         f"per rank x {status.ranks or '?'} ranks",
@@ -130,6 +131,18 @@ def _status(answer: HostAnswer) -> list[str]:
         f"  GPUs      {_gpus(status)}",
         f"  operation {_running(status)}",
         *(f"  problem   {problem}" for problem in status.problems),
+    ]
+
+
+def _live_storage(status: AgentStatus) -> list[str]:
+    """The storage tier live (SGLang's GET) beside the command line's, when the agent has it."""
+    storage = status.storage
+    if storage is None:
+        return []
+    live = storage.live.phrase() if storage.live else f"unknown ({storage.problem or 'no answer'})"
+    note = "  (differs: a restart goes back to the command line)" if storage.differs else ""
+    return [
+        f"  storage   live {live}; command line {storage.command_line.phrase()}{note}",
     ]
 
 
@@ -271,6 +284,9 @@ def _cause_lines(what: str, cause: Cause) -> list[str]:
 def final_line(watch: Watch, view: ProgressView) -> list[str]:
     """The end of an operation: its figures, or its failure and the decisive log lines."""
     final = view.final
+    if view.state is OperationState.READY and (final is None or final.startup_s is None):
+        # No start to report: a live change, whose last word says what it did.
+        return [f"READY {watch.host}: {view.message}"]
     if view.state is OperationState.READY and final is not None:
         planned = (
             ""

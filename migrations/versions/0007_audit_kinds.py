@@ -4,7 +4,8 @@ Revision ID: 0007_audit_kinds
 Revises: 0006_revisions_by_time
 Create Date: 2026-12-01
 
-- ``revisions.kind``: ``change`` (a new configuration), ``restart`` (the same one started again)
+- ``revisions.kind``: ``change`` (a new configuration), ``live`` (one made through SGLang's
+  runtime API, no restart), ``restart`` (the same one started again)
   or ``rollback`` (a return to an earlier one); history and the charts tell them apart. Rows
   with ``rollback_of`` set become ``rollback``, every other row ``change``.
 - ``revisions.outcome`` may also be ``unchanged``: a fleet's replica the rollout did not touch
@@ -32,7 +33,7 @@ OLD_OUTCOMES = (
     "'proposed', 'cancelled', 'expired', 'refused', 'applied', 'ready', 'failed', 'rolled_back'"
 )
 OUTCOMES = f"{OLD_OUTCOMES}, 'unchanged'"
-KINDS = "'change', 'restart', 'rollback'"
+KINDS = "'change', 'restart', 'rollback', 'live'"
 
 
 # 0001 named the outcome check ``outcome`` through the naming convention and once more by

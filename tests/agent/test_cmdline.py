@@ -15,8 +15,11 @@ from bot.agent.cmdline import (
     Topology,
     read_hicache,
     read_host_pool_args,
+    read_option,
     read_topology,
+    redact_secrets,
     rewrite_hicache,
+    rewrite_options,
     server_args_start,
     validate_command,
 )
@@ -419,3 +422,46 @@ def test_rewrite_to_neither_flag_enables_hicache_when_it_was_off() -> None:
     """A command without HiCache gets the enable flag only, and no sizing flag."""
     out = rewrite_hicache([*LAUNCH, "--port", "30000"], HiCacheSetting(True))
     assert out == [*LAUNCH, "--port", "30000", "--enable-hierarchical-cache"]
+
+
+def test_rewrite_options_sets_in_place_appends_and_removes_the_storage_flags() -> None:
+    """The storage backend is replaced where written (inline too), a new policy is appended,
+    a None removes the option with its value, and nothing else moves."""
+    argv = [
+        "python", "-m", "sglang.launch_server", "--model-path", "/m",
+        "--hicache-storage-backend=file", "--hicache-storage-backend-extra-config", "{}",
+        "--admin-api-key", "k",
+    ]  # fmt: skip
+    out = rewrite_options(
+        argv,
+        {
+            "--hicache-storage-backend": "mooncake",
+            "--hicache-storage-backend-extra-config": None,
+            "--hicache-write-policy": "write_back",
+        },
+    )
+    assert out == [
+        "python", "-m", "sglang.launch_server", "--model-path", "/m",
+        "--hicache-storage-backend=mooncake", "--admin-api-key", "k",
+        "--hicache-write-policy", "write_back",
+    ]  # fmt: skip
+    assert read_option(out, "--hicache-storage-backend") == "mooncake"
+    assert read_option(out, "--admin-api-key") == "k"
+    assert read_option(argv, "--hicache-write-policy") is None
+
+
+def test_rewrite_options_refuses_an_option_it_does_not_rewrite() -> None:
+    """A flag (no value) or an option kimi-ops does not know is a CommandLineError."""
+    with pytest.raises(CommandLineError, match="--enable-hierarchical-cache"):
+        rewrite_options(["sglang"], {"--enable-hierarchical-cache": "1"})
+    with pytest.raises(CommandLineError, match="--nope"):
+        rewrite_options(["sglang"], {"--nope": "1"})
+
+
+def test_redact_secrets_hides_the_key_values_whatever_their_form() -> None:
+    """Both key options, spaced or inline, show <redacted>; everything else is as written."""
+
+    argv = ["sglang", "--admin-api-key", "s3cret", "--api-key=k2", "--port", "1"]
+    assert redact_secrets(argv) == [
+        "sglang", "--admin-api-key", "<redacted>", "--api-key=<redacted>", "--port", "1",
+    ]  # fmt: skip

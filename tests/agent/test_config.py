@@ -226,3 +226,17 @@ def test_a_container_name_docker_cannot_have_or_kimi_ops_keeps_is_refused(name: 
     naming it."""
     with pytest.raises(ConfigError, match=f"container {name!r}"):
         _settings({"backend": "docker", "container": name})
+
+
+def test_admin_api_key_is_read_from_the_named_variable_and_never_shown() -> None:
+    """admin_api_key_env names the variable; the key is a Secret that no repr shows, and a
+    named but unset variable is a ConfigError naming it."""
+    settings = _settings(
+        {"command": ["sglang"], "admin_api_key_env": "SGL_ADMIN"},
+        dict(TOKEN_ENV, SGL_ADMIN="adm1n-key"),
+    )
+    assert settings.admin_api_key == Secret("adm1n-key")
+    assert "adm1n-key" not in repr(settings)
+    assert _settings({"command": ["sglang"]}).admin_api_key is None
+    with pytest.raises(ConfigError, match="SGL_ADMIN"):
+        _settings({"command": ["sglang"], "admin_api_key_env": "SGL_ADMIN"})

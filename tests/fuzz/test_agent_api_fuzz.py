@@ -3,9 +3,10 @@
 
 ``tests/agent/http/test_app_schema.py`` sends valid and invalid requests over real HTTP and
 checks the status codes; this adds the state: the directory's every file is read before and
-after each call. Valid requests go to every route but ``POST /v1/operations`` (a valid one
-starts an operation, which is meant to change the state); invalid ones go to every route. The
-agent is the real one on the small simulated host, its server not started.
+after each call. Valid requests go to every route but ``POST /v1/operations`` and
+``POST /v1/live/operations`` (a valid one starts an operation, which is meant to change the
+state); invalid ones go to every route. The agent is the real one on the small simulated host,
+its server not started.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def state_of(root: Path) -> dict[str, object]:
 
 
 def _starts_an_operation(case: Any) -> bool:
-    return bool(case.method.upper() == "POST" and case.path == "/v1/operations")
+    return bool(
+        case.method.upper() == "POST" and case.path in ("/v1/operations", "/v1/live/operations")
+    )
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

@@ -34,6 +34,7 @@ from bot.agent.config import AgentSettings, command_drift
 from bot.agent.control.protocol import ServerControl
 from bot.agent.engine.context import RunnerContext, SGLangLike
 from bot.agent.engine.crash_points import NO_CRASHES, CrashPoints
+from bot.agent.engine.live_change import LiveChanges, LiveRunner
 from bot.agent.engine.runner import Runner
 from bot.agent.host.probe import HostProbe
 from bot.agent.state.agent_state import AgentState
@@ -49,8 +50,8 @@ from bot.errors import (
     PlanRefused,
     StaleProposal,
 )
-from bot.planner import ChangeRequest, Plan
-from bot.vocab import EventPhase, OperationKind
+from bot.planner import ChangeRequest, LiveChange, Plan
+from bot.vocab import EventPhase, OperationKind, OperationState
 
 __all__ = ["OperationManager", "Planner"]
 
@@ -83,6 +84,7 @@ class OperationManager:
         *,
         health_grace_s: float | None = None,
         crash_points: CrashPoints = NO_CRASHES,
+        live: Callable[[RunnerContext], LiveChanges] | None = None,
     ) -> None:
         self.settings = settings
         self.control = control
@@ -101,6 +103,8 @@ class OperationManager:
         )
         self._lock = threading.Lock()
         self._threads: dict[int, threading.Thread] = {}
+        #: HiCache's runtime API (bot.agent.engine.live_change); None: every change restarts.
+        self.live = None if live is None else live(self._ctx)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -119,6 +123,8 @@ class OperationManager:
         NotFound, StaleProposal or PlanRefused. ``caller`` names the token that asked.
         ``auto`` is a resize to neither flag: SGLang 0.5.23 sizes the pool at start."""
         kind = _check_input(kind, actor, ratio, size_gb, revision, auto)
+        if kind in (OperationKind.LIVE, OperationKind.RECONFIGURE):
+            raise InputError(f"a {kind} change goes to POST /v1/live/operations with its change")
         with self._lock:
             running = self.state.unfinished_operations()
             if running:
@@ -168,6 +174,12 @@ class OperationManager:
                 current_rev = self._record_observed(current_argv)
             if kind is OperationKind.ROLLBACK:
                 rollback_of = current_rev.id
+                target_rev = revision if revision is not None else self._target_id(target_argv)
+                if self.live is not None and target_rev is not None:
+                    live_id = self.live.record_rollback(target_argv, target_rev, actor, caller)
+                    if live_id is not None:
+                        self._spawn(live_id)
+                        return self.get(live_id)
             return self._create(
                 kind,
                 actor,
@@ -180,6 +192,52 @@ class OperationManager:
                 rollback_of,
                 caller=caller,
             )
+
+    def submit_live(
+        self, change: LiveChange, actor: str, caller: str | None = None
+    ) -> OperationView:
+        """Start ``change`` live (bot.agent.engine.live_change) or, where SGLang's runtime API
+        cannot make it, as a reconfigure: its flags written, then a restart. Raises (nothing
+        changed) InputError when it is refused, or OperationConflict."""
+        _check_input(OperationKind.LIVE, actor, None, None, None)
+        if self.live is None:
+            raise InputError("this agent holds no admin key: every change restarts the server")
+        with self._lock:
+            running = self.state.unfinished_operations()
+            if running:
+                held = running[0]
+                raise OperationConflict(
+                    f"operation {held.id} ({held.kind}) by {held.actor} has been running since "
+                    f"{held.created_at}; wait for it to finish",
+                    holder=held.actor,
+                    since=held.created_at,
+                )
+            decision = self.live.decision(change)  # a refusal before any write
+            target: list[str] | None = None
+            if not decision.live:
+                target = self.live.restart_command(change)
+                try:
+                    validate_command(target)
+                except CommandLineError as exc:
+                    raise InputError(f"the new command line is not valid: {exc}") from exc
+            if self._recorded_revision(self.control.read_command()) is None:
+                self._record_observed(self.control.read_command())
+            if target is not None:
+                setting = read_hicache(target)
+                request = f"{change.phrase()}, with a restart"
+                return self._create(
+                    OperationKind.RECONFIGURE, actor, None, None, None, None, target, setting,
+                    None, caller=caller, note=f"{request}: {decision.reason}",
+                )  # fmt: skip
+            op_id = self.live.record(change, decision, actor, caller)
+            self._spawn(op_id)
+            return self.get(op_id)
+
+    def _target_id(self, argv: list[str]) -> int | None:
+        for view in self.state.revisions():
+            if list(view.argv) == argv:
+                return view.id
+        return None
 
     def _recorded_revision(self, argv: list[str]) -> RevisionView | None:
         """The revision the server runs now, if the agent has recorded it."""
@@ -265,11 +323,12 @@ class OperationManager:
         setting: HiCacheSetting,
         rollback_of: int | None,
         caller: str | None = None,
+        note: str | None = None,
     ) -> OperationView:
         now = self.clock.now().isoformat(timespec="milliseconds")
         request = {"kind": kind.value, "ratio": ratio, "size_gb": size_gb, "revision": revision}
         phrase = setting.effective_phrase()
-        message = f"{kind} to {phrase} by {actor}"
+        message = f"{kind} to {phrase} by {actor}" if note is None else f"{note} ({actor})"
         if plan is not None:
             message += f": {plan.reason}"
         data: dict[str, Any] = {
@@ -298,7 +357,13 @@ class OperationManager:
         return self.get(op_id)
 
     def _spawn(self, op_id: int) -> None:
-        runner = Runner(self._ctx, op_id)
+        view = self.state.operation(op_id)
+        runner: Runner | LiveRunner = Runner(self._ctx, op_id)
+        if view is not None and view.kind is OperationKind.LIVE:
+            if self.live is None:  # never restart the server for a live change
+                self.state.update_operation(op_id, state=OperationState.FAILED)
+                return
+            runner = self.live.runner(op_id)
         thread = threading.Thread(target=runner.run, name=f"kimi-op-{op_id}", daemon=True)
         self._threads[op_id] = thread
         thread.start()

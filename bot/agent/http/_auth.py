@@ -42,7 +42,7 @@ CALLER_STATE = "caller"
 #: The request-state key holding the matched token itself (what per-token limits count by).
 TOKEN_STATE = "token"
 #: What a read-only token may do besides GET and HEAD: planning changes nothing.
-READ_ONLY_REQUESTS = frozenset({("POST", "/v1/plans")})
+READ_ONLY_REQUESTS = frozenset({("POST", "/v1/plans"), ("POST", "/v1/live/plans")})
 
 
 def matching_token(header: bytes | None, tokens: TokenSet) -> AgentToken | None:

@@ -52,8 +52,8 @@ from bot.errors import (
     PlanRefused,
     StaleProposal,
 )
-from bot.planner import ChangeRequest, Plan
-from bot.vocab import OperationKind, OperationState, RefusedBy
+from bot.planner import ChangeRequest, LiveChange, Plan
+from bot.vocab import LiveChangeKind, OperationKind, OperationState, RefusedBy
 
 __all__ = ["MAX_WAIT_S", "ApiService", "OperationBody", "PlanBody", "create_app"]
 
@@ -113,6 +113,12 @@ class ApiService(Protocol):
     def recent(self, limit: int) -> list[Any]: ...
 
     def revisions(self) -> list[Any]: ...
+
+    def plan_live(self, change: LiveChange) -> dict[str, Any]: ...
+
+    def submit_live(
+        self, change: LiveChange, actor: str, caller: str | None = None
+    ) -> _Operation: ...
 
 
 Ratio = Annotated[
@@ -187,6 +193,30 @@ class OperationBody(BaseModel):
         if self.kind is not OperationKind.ROLLBACK and self.revision is not None:
             raise ValueError(f'"revision" belongs to a rollback, not a {self.kind}')
         return self
+
+
+class LiveChangeBody(BaseModel):
+    """A change through HiCache's runtime API: ``{"kind": "storage_attach", "backend": "file",
+    "extra_config": "{}"}``, ``{"kind": "write_policy", "policy": "write_back"}``, ..."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Annotated[LiveChangeKind, Field(strict=False)]
+    backend: str | None = Field(default=None, min_length=1, max_length=64)
+    extra_config: str | None = Field(default=None, max_length=16384, description="JSON text")
+    policy: str | None = Field(default=None, min_length=1, max_length=64)
+
+    def change(self) -> LiveChange:
+        return LiveChange(self.kind, self.backend, self.extra_config, self.policy)
+
+
+class LiveOperationBody(BaseModel):
+    """A live change to start, and who asked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    actor: str = Field(min_length=1, max_length=200, description="who asked, for the audit")
+    change: LiveChangeBody
 
 
 def create_app(service: ApiService, limits: HttpLimits | None = None) -> FastAPI:
@@ -305,6 +335,32 @@ def create_app(service: ApiService, limits: HttpLimits | None = None) -> FastAPI
             "events": listed,
             "last_seq": listed[-1]["seq"] if listed else after,
         }
+
+    @app.post(
+        "/v1/live/plans",
+        summary="live (no restart) or restart for a HiCache runtime change, and why",
+    )
+    def plan_live(body: LiveChangeBody) -> dict[str, Any]:
+        return service.plan_live(body.change())
+
+    @app.post(
+        "/v1/live/operations",
+        status_code=202,
+        summary="start a HiCache storage or policy change: live, or else with a restart",
+        description=(
+            "Runs as kind live (SGLang's runtime API, no restart) or reconfigure (the flags "
+            "written, then a restart); 422 when refused (the reason says why), 409 if busy."
+        ),
+    )
+    def submit_live(body: LiveOperationBody, request: Request) -> JSONResponse:
+        operation = service.submit_live(
+            body.change.change(), body.actor, getattr(request.state, CALLER_STATE, None)
+        )
+        return JSONResponse(
+            {"id": operation.id, "operation": operation.to_dict()},
+            status_code=202,
+            headers={"location": f"/v1/operations/{operation.id}"},
+        )
 
     @app.get("/v1/operations", summary="recent operations with their outcome, newest first")
     def operations(limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from bot.agent.cmdline import redact_secrets
 from bot.agent.host.probe import GpuFacts, RamFacts
 from bot.planner import GB
 from bot.prometheus import ServerMetrics
@@ -95,7 +96,7 @@ def status_body(
             "hicache_write_policy": None if hicache is None else hicache.write_policy,
             "hicache_io_backend": None if hicache is None else hicache.io_backend,
             "effective": None if hicache is None else hicache.effective_phrase(),
-            "command": None if snap.command is None else list(snap.command),
+            "command": None if snap.command is None else redact_secrets(snap.command),
         },
         "capacity": {
             "device_tokens": capacity.device_tokens,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from bot.agent.cmdline import redact_secrets
 from bot.vocab import FINAL_OPERATION_STATES, EventPhase, OperationKind, OperationState
 
 __all__ = ["OperationView", "ProgressEvent", "RevisionOutcome", "RevisionView"]
@@ -115,7 +116,7 @@ class RevisionView:
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "argv": list(self.argv),
+            "argv": redact_secrets(self.argv),
             "hicache": dict(self.hicache),
             "outcome": self.outcome.value,
             "became_ready": self.became_ready,
