@@ -308,17 +308,16 @@ def read_option(argv: Sequence[str], option: str) -> str | None:
 
 
 #: The options whose value is a secret: shown as REDACTED wherever the agent answers a client.
-SECRET_OPTIONS = ("--admin-api-key", "--api-key")
+REDACTED_OPTIONS = ("--admin-api-key", "--api-key")
 REDACTED = "<redacted>"
 
 
 def redact_secrets(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the values of :data:`SECRET_OPTIONS` replaced by ``<redacted>``: the
+    """``argv`` with the values of :data:`REDACTED_OPTIONS` replaced by ``<redacted>``: the
     command line as the agent's API shows it (the server's admin key never leaves the host)."""
     out = list(argv)
-    for occurrence in _scan(argv):
-        if occurrence.option not in SECRET_OPTIONS or occurrence.value is None:
-            continue
+    hidden = [o for o in _scan(argv) if o.value is not None and o.option in REDACTED_OPTIONS]
+    for occurrence in hidden:
         if occurrence.inline:
             out[occurrence.index] = f"{argv[occurrence.index].partition('=')[0]}={REDACTED}"
         else:

@@ -164,7 +164,7 @@ def _read(config: Mapping[str, Any]) -> ChatSettings:
         read_deadline_s=bot.number(
             "read_deadline_s", DEFAULT_READ_DEADLINE_S, minimum=_MIN_READ_DEADLINE_S
         ),
-        timezone=load_report_settings(config).timezone,
+        timezone=_report_zone(config),
     )
 
 
@@ -270,3 +270,13 @@ def _tls(section: Section, key: str, url: str) -> TlsPolicy:
             url,
         )
     return policy
+
+
+def _report_zone(config: Mapping[str, Any]) -> str:
+    """``[reports] timezone`` for the times the chat shows; a ``[reports]`` section that does
+    not load is left to the report settings' own reader to refuse, naming its key, where reports
+    run (``kimi-ops bot``, ``kimi-ops report``): the chat then shows times in UTC."""
+    try:
+        return load_report_settings(config).timezone
+    except ConfigError:
+        return "UTC"
