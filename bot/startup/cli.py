@@ -148,9 +148,10 @@ def _figures(report: StartupReport) -> list[str]:
         lines.append("host pool tokens per rank: " + _per_rank(report.host_tokens_per_rank))
     if report.sglang_headroom is not None:
         seen = report.sglang_headroom
+        cgroup = f"{seen.cgroup_gib:.1f} GiB" if seen.cgroup_limited else "no limit"
         line = (
-            f"memory headroom SGLang saw: host {seen.host_gib:.1f} GiB, cgroup "
-            f"{seen.cgroup_gib:.1f} GiB; it sized within {seen.headroom_gib:.1f} GiB "
+            f"memory headroom SGLang saw: host {seen.host_gib:.1f} GiB, cgroup {cgroup}; "
+            f"it sized within {seen.headroom_gib:.1f} GiB "
             f"({seen.headroom_gib * 1024**3 / 1e9:.1f} GB)"
         )
         if report.host_gb_total:

@@ -225,12 +225,20 @@ HYBRID_FULL_HOST_POOL = "full"
 HYBRID_SWA_HOST_POOL = "swa"
 
 
+#: A cgroup figure at or over this (1 PiB) is cgroup v1's "no limit", not a limit.
+UNLIMITED_CGROUP_GIB = 1024.0**2
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryHeadroom:
     """SGLang 0.5.23's own reading of its memory domain, logged by a rank in a memory cgroup
     before it sizes its host pools (``sglang/srt/mem_cache/host_memory.py``):
     ``HiCache memory headroom: host 123.4 GiB, cgroup 56.7 GiB`` gives ``host_gib=123.4,
-    cgroup_gib=56.7`` (GiB, one decimal); SGLang plans with the smaller."""
+    cgroup_gib=56.7`` (GiB, one decimal); SGLang plans with the smaller.
+
+    On cgroup v1 the line is logged without any limit too: ``memory.limit_in_bytes`` of a
+    cgroup with no limit reads 9223372036854771712, so the cgroup figure is about 8.6e9 GiB.
+    """
 
     rank: str | None
     host_gib: float
@@ -241,6 +249,12 @@ class MemoryHeadroom:
     @property
     def headroom_gib(self) -> float:
         return min(self.host_gib, self.cgroup_gib)
+
+    @property
+    def cgroup_limited(self) -> bool:
+        """Whether the cgroup figure is a limit: v1's "no limit" reads as exabytes, and no
+        machine holds a pebibyte of RAM."""
+        return self.cgroup_gib < UNLIMITED_CGROUP_GIB
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,9 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("graph_progress", r"^Capturing batches"),
         # max_total_num_tokens=16384, chunked_prefill_size=4096, ...
         ("max_total", r"^max_total_num_tokens="),
+        # HiCache memory headroom: host 21.2 GiB, cgroup 8589934589.4 GiB  (0.5.23, any memory
+        # cgroup with a limit file: v1's "no limit" is a number too)
+        ("headroom", r"^HiCache memory headroom: "),
         # Allocating kv hierarchical KV host pool: 3906251 tokens, 1.00 GB host memory.
         ("host_pool", r"^Allocating .*host (?:pool|memory)"),
         # INFO:     Application startup complete.

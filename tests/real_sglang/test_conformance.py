@@ -8,6 +8,7 @@ figures) so that only the shapes can differ, not the numbers.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,16 +25,34 @@ pytestmark = pytest.mark.real_sglang
 PROFILE = Path(__file__).with_name("tiny-llama-cpu.json")
 # argparse: "launch_server.py: error: unrecognized arguments: --device cpu --disable-overlap..."
 UNRECOGNIZED = re.compile(r"unrecognized arguments: (.+)")
+# HiCache memory headroom: host 21.2 GiB, cgroup 8589934589.4 GiB
+HEADROOM = re.compile(r"HiCache memory headroom: host [\d.]+ GiB, cgroup ([\d.]+) GiB")
 
 
-def _run_simulator(flags: list[str], root: Path, name: str) -> Run:
+def _profile_like(real_log: str, root: Path) -> Path:
+    """The host profile, in a memory cgroup when the real server logged one: 0.5.23 logs its
+    headroom line wherever its cgroup has a limit file (cgroup v1's "no limit" is a number), so
+    the simulator is given a cgroup of the same room, which leaves every other figure alone."""
+    seen = HEADROOM.search(real_log)
+    if seen is None:
+        return PROFILE
+    profile = json.loads(PROFILE.read_text(encoding="utf-8"))
+    # The simulator's room is its limit less the server's own RAM: add that RAM back.
+    room_gb = float(seen.group(1)) * 1024**3 / 1e9
+    profile["cgroup_limit_gb"] = room_gb + profile["server_ram_gb_main"]
+    path = root / "profile-in-cgroup.json"
+    path.write_text(json.dumps(profile), encoding="utf-8")
+    return path
+
+
+def _run_simulator(flags: list[str], root: Path, name: str, profile: Path = PROFILE) -> Run:
     port = str(free_port())
     at = flags.index("--port") + 1
     flags = [*flags[:at], port, *flags[at + 1 :]]
     env = {
         **clean_environ(),
         "KIMI_SIM_VERSION": "0.5.23",
-        "KIMI_SIM_PROFILE": str(PROFILE),
+        "KIMI_SIM_PROFILE": str(profile),
         "KIMI_SIM_TIME_SCALE": "0.1",
         "KIMI_SIM_STATE_DIR": str(root / f"{name}-host"),
     }
@@ -53,7 +72,8 @@ def test_the_simulator_prints_the_real_servers_line_shapes(
     """Started with the real server's flags in its 0.5.23 dialect, the simulator accepts them
     and prints every line the parser reads with the real line's prefix, fields and order."""
     problems: list[str] = []
-    simulated = _run_simulator(real_start.flags, tmp_path, "sim")
+    profile = _profile_like(real_start.run.log, tmp_path)
+    simulated = _run_simulator(real_start.flags, tmp_path, "sim", profile)
     refused = _refused_flags(simulated)
     if refused:
         problems.append(
@@ -61,7 +81,7 @@ def test_the_simulator_prints_the_real_servers_line_shapes(
             f"{' '.join(refused)}; the lines below come from a run without them"
         )
         kept = [flag for flag in real_start.flags if flag not in refused]
-        simulated = _run_simulator(kept, tmp_path, "sim-without-refused")
+        simulated = _run_simulator(kept, tmp_path, "sim-without-refused", profile)
     assert simulated.returncode is None, simulated.log[-3000:]
     assert unclassified_parsed_lines(simulated.log) == []
     problems += compare(shaped_lines(real_start.run.log), shaped_lines(simulated.log))

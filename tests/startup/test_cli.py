@@ -111,3 +111,20 @@ def test_text_report_shows_sglangs_headroom_beside_the_host_pools(
         "memory headroom SGLang saw: host 123.4 GiB, cgroup 13.0 GiB; it sized within 13.0 GiB "
         "(14.0 GB), the host pools took 2.00 GB"
     ) in out
+
+
+def test_text_report_says_no_limit_for_cgroup_v1s_unlimited_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On cgroup v1 SGLang logs the line with no limit set: the unlimited
+    ``memory.limit_in_bytes`` reads as 8589934589.4 GiB (a real 0.5.23 log), shown as no limit."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-12-01 07:49:10] HiCache memory headroom: host 21.2 GiB, cgroup 8589934589.4 GiB\n"
+    )
+    main(["startup-report", str(log)])
+    out = capsys.readouterr().out
+    assert (
+        "memory headroom SGLang saw: host 21.2 GiB, cgroup no limit; it sized within 21.2 GiB "
+        "(22.8 GB)"
+    ) in out
